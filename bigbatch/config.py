@@ -132,6 +132,9 @@ class TrainConfig(Section):
     is left at (0.0, 0.999) (so AdamW's beta1 is never exactly 0: give 1e-8)."""
     adam_eps: float = 1e-8
     """Adam epsilon of both G and D."""
+    cond_lambda: float = 1.0
+    """GAN, D with an auxiliary classifier (model.options.d_cond = "AC"): the weight of its cross-entropy on the real
+    images' classes (D's loss) and on the fakes' (G's), StudioGAN's cond_lambda."""
     loss: Literal["hinge", "ns", "ls", "wgan", "rpgan"] = "hinge"
     """GAN loss: "hinge" (SN-GAN, SA-GAN, BigGAN), "ns" (non-saturating, DCGAN; StudioGAN's "vanilla"), "ls" (least
     squares, LSGAN, StudioGAN's "least_square": D pulls its outputs on reals to 1 and on fakes to 0, G its outputs on
@@ -356,7 +359,7 @@ class TrainConfig(Section):
             self._fail("pl_decay", f"must be a fraction in (0, 1], got {self.pl_decay}")
         names = ("ema_halflife_kimg", "ema_start_kimg", "ema_rampup", "model_ema_kimg", "g_ortho", "d_ortho")
         for name in (*names, "warmup_kimg", "weight_decay", "pl_weight", "warmup_lr", "lr_min", "cooldown_kimg",
-                     "mixup_off_kimg"):  # fmt: skip
+                     "mixup_off_kimg", "cond_lambda"):  # fmt: skip
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 self._fail(name, f"must be a finite number >= 0, got {getattr(self, name)}")
 

@@ -79,7 +79,7 @@ def test_a_biggan_pytorch_users_slips_are_said(tmp_path, capsys, monkeypatch):
     assert "ortho_D" not in plain
     # A run saved with g_attn = 64 on a model of no 64 px block (as bigbatch took it before) still loads and samples.
     with monkeypatch.context() as before:
-        before.setattr("bigbatch.tasks.gan.task.check_attention_given", lambda *a: None)
+        before.setattr("bigbatch.tasks.gan.checks.check_attention_given", lambda *a: None)
         argv = [*small[:-1], "model.ch=8", "train.kimg=0.032", "model.options.g_attn=64", "--quiet"]
         assert main(["train", *argv, "--run-dir", str(tmp_path / "old")]) == 0
     assert main(["sample", str(tmp_path / "old"), "--n", "2", "--out", str(tmp_path / "s.png")]) == 0

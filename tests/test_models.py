@@ -381,10 +381,16 @@ def test_classifier_options_are_checked_before_building():
     rng = torch.get_rng_state()
     with pytest.raises(bigbatch.BigbatchError) as e:
         bigbatch.models.create_classifier("resnet18", 10, depth=20)
-    valid = "zero_init_residual, input_stats, init"
+    valid = "zero_init_residual, input_stats, drop_rate, drop_path_rate, init"
     assert str(e.value).startswith(f"'resnet18' has no option 'depth'; valid: {valid} (another")
     assert "give model.options={} with model.name" in str(e.value)
-    assert registry.options("resnet_cifar") == {"depth": 20, "zero_init_residual": False, "init": "kaiming"}
+    assert registry.options("resnet_cifar") == {
+        "depth": 20,
+        "zero_init_residual": False,
+        "drop_rate": 0.0,
+        "drop_path_rate": 0.0,
+        "init": "kaiming",
+    }
     with pytest.raises(bigbatch.BigbatchError, match="option 'zero_init_residual' of 'resnet50' must be bool"):
         bigbatch.models.create_classifier("resnet50", 10, zero_init_residual=1)
     assert torch.equal(torch.get_rng_state(), rng)

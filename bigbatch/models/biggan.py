@@ -89,7 +89,8 @@ def checkpointable(blocks: nn.ModuleList, attention: nn.Module | None) -> list[s
 class ProjectionDiscriminator(nn.Module):
     """The forward pass BigGAN's, BigGAN-deep's and SN-GAN's D share: an input conv (or None), the blocks
     with attention after block `attn_after`, ReLU, global sum pooling, a linear output plus the
-    projection of the class embedding (Miyato & Koyama 2018)."""
+    projection of the class embedding (Miyato & Koyama 2018), or (model option d_cond "AC") the logit and an auxiliary
+    classifier's logits of the classes (layers.class_heads)."""
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         h = x if self.input_conv is None else self.input_conv(x)
@@ -101,7 +102,7 @@ class ProjectionDiscriminator(nn.Module):
         out = self.linear(h).flatten()
         if self.embed is not None:
             out = out + (self.embed(y) * h).sum(dim=1)
-        return out
+        return layers.with_classes(out, self.classify, h)
 
 
 class GBlock(nn.Module):
@@ -284,6 +285,7 @@ class BigGANDiscriminator(ProjectionDiscriminator):
         sn_eps: float,
         arch: dict = D_ARCH,
         wide: bool = True,
+        d_cond: str = "PD",
     ):
         super().__init__()
         ins, outs, down = arch[resolution]
@@ -301,7 +303,7 @@ class BigGANDiscriminator(ProjectionDiscriminator):
         self.attn_after = attention_index("d_attn", d_attn, res, outs)
         self.attention = Attention(outs[self.attn_after], sn_eps=sn_eps) if self.attn_after is not None else None
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
-        self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
+        self.embed, self.classify = layers.class_heads(d_cond, n_classes, outs[-1], sn=True, sn_eps=sn_eps)
         self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
 
@@ -356,11 +358,13 @@ def biggan(
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-6,
+    d_cond: str = "PD",
 ) -> tuple[nn.Module, nn.Module]:
     """BigGAN; defaults are the 128-px ImageNet recipe (ch 96, dim_z 120, shared_dim 128, hierarchical z,
     attention at 64 px, orthogonal init). shared=False gives each BN its own class embeddings
     (BigGAN-PyTorch's CIFAR script); g_attn/d_attn = 0 turn attention off."""
     check_values("biggan", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim)
+    layers.check_d_cond("biggan", d_cond, n_classes)
     if n_classes and not shared and hier:
         # Per-class BN embeddings read the labels, hierarchical z feeds the BNs z chunks: one or the other.
         raise BigbatchError("biggan with classes and shared=False needs hier=False")
@@ -378,7 +382,13 @@ def biggan(
         sn_eps=sn_eps,
     )
     D = BigGANDiscriminator(
-        resolution=resolution, n_classes=n_classes, ch=ch, img_channels=img_channels, d_attn=d_attn, sn_eps=sn_eps
+        resolution=resolution,
+        n_classes=n_classes,
+        ch=ch,
+        img_channels=img_channels,
+        d_attn=d_attn,
+        sn_eps=sn_eps,
+        d_cond=d_cond,
     )
     return G, D
 
@@ -397,6 +407,7 @@ def sagan(
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-8,
+    d_cond: str = "PD",
 ) -> tuple[nn.Module, nn.Module]:
     """SA-GAN (Zhang et al. 2019) as BigGAN-PyTorch's SA-GAN script builds it: BigGAN's residual blocks at ch 64,
     no hierarchical z, self-attention (64 px, the script's choice; the paper found 32 and 64 both good), spectral
@@ -404,6 +415,7 @@ def sagan(
     (False) an embedding of its own per BN, as the script (launch_SAGAN_bs128x2_ema.sh passes no --G_shared) and the
     sagan128 preset; True stays the default so that runs made before it was an option load."""
     check_values("sagan", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim)
+    layers.check_d_cond("sagan", d_cond, n_classes)
     return biggan(
         resolution=resolution,
         n_classes=n_classes,
@@ -417,4 +429,5 @@ def sagan(
         d_attn=d_attn,
         bn_eps=bn_eps,
         sn_eps=sn_eps,
+        d_cond=d_cond,
     )

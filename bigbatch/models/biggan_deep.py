@@ -162,7 +162,16 @@ class BigGANDeepDiscriminator(ProjectionDiscriminator):
     """BigGAN-deep's D: an input conv, `depth` blocks per resolution; attention after the stage at `d_attn` px."""
 
     def __init__(
-        self, *, resolution: int, n_classes: int, ch: int, img_channels: int, depth: int, d_attn: int, sn_eps: float
+        self,
+        *,
+        resolution: int,
+        n_classes: int,
+        ch: int,
+        img_channels: int,
+        depth: int,
+        d_attn: int,
+        sn_eps: float,
+        d_cond: str = "PD",
     ):
         super().__init__()
         ins, outs = ([ch * m for m in ms] for ms in D_ARCH[resolution])
@@ -181,7 +190,7 @@ class BigGANDeepDiscriminator(ProjectionDiscriminator):
                 self.attention = Attention(b, sn_eps=sn_eps)
         self.blocks = nn.ModuleList(blocks)
         self.linear = layers.linear(outs[-1], 1, sn=True, sn_eps=sn_eps)
-        self.embed = layers.embedding(n_classes, outs[-1], sn=True, sn_eps=sn_eps) if n_classes else None
+        self.embed, self.classify = layers.class_heads(d_cond, n_classes, outs[-1], sn=True, sn_eps=sn_eps)
         self.checkpoint_blocks = checkpointable(self.blocks, self.attention)
 
 
@@ -199,8 +208,10 @@ def biggan_deep(
     d_attn: int = 64,
     bn_eps: float = 1e-5,
     sn_eps: float = 1e-6,
+    d_cond: str = "PD",
 ) -> tuple[nn.Module, nn.Module]:
     """BigGAN-deep; defaults are BigGAN-PyTorch's launch_BigGAN_deep.sh (ch 128, depth 2, dim_z 128, shared_dim 128)."""
+    layers.check_d_cond("biggan_deep", d_cond, n_classes)
     check_values(
         "biggan_deep", resolution=resolution, sn_eps=sn_eps, bn_eps=bn_eps, shared_dim=shared_dim, resolutions=G_ARCH
     )
@@ -228,5 +239,6 @@ def biggan_deep(
         depth=depth,
         d_attn=d_attn,
         sn_eps=sn_eps,
+        d_cond=d_cond,
     )
     return G, D

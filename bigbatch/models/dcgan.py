@@ -106,6 +106,7 @@ class DCGANDiscriminator(nn.Module):
         sn_eps: float,
         bn_eps: float,
         d_bn: bool = True,
+        d_cond: str = "PD",
     ):
         super().__init__()
         self.resolution, self.n_classes = resolution, n_classes
@@ -122,17 +123,17 @@ class DCGANDiscriminator(nn.Module):
             for i, (a, b) in enumerate(zip(widths, widths[1:]))
         )
         self.output = layers.conv2d(widths[-1], 1, 4, 1, 0, bias=d_sn or not d_bn, **sn)
-        self.embed = layers.embedding(n_classes, widths[-1], **sn) if n_classes else None
+        self.embed, self.classify = layers.class_heads(d_cond, n_classes, widths[-1], **sn)
         self.checkpoint_blocks = [f"blocks.{i}" for i in range(len(self.blocks))]
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         h = x
         for block in self.blocks:
             h = block(h)
-        out = self.output(h).flatten()
+        out, h = self.output(h).flatten(), h.sum(dim=(2, 3))
         if self.embed is not None:
-            out = out + (self.embed(y) * h.sum(dim=(2, 3))).sum(dim=1)
-        return out
+            out = out + (self.embed(y) * h).sum(dim=1)
+        return layers.with_classes(out, self.classify, h)
 
 
 @register(init="N02")
@@ -148,11 +149,13 @@ def dcgan(
     d_bn: bool = True,
     sn_eps: float = 1e-6,
     bn_eps: float = 1e-5,
+    d_cond: str = "PD",
 ) -> tuple[nn.Module, nn.Module]:
     """DCGAN; ch and dim_z default to the tutorial's ngf = ndf = 64, nz = 100, init N(0, 0.02);
     d_sn=False gives its BN D, d_bn=False too a D of neither (WGAN-GP's critic)."""
     if not (sn_eps > 0 and bn_eps > 0):
         raise BigbatchError(f"dcgan options sn_eps and bn_eps must be positive, got {sn_eps} and {bn_eps}")
+    layers.check_d_cond("dcgan", d_cond, n_classes)
     G = DCGANGenerator(
         resolution=resolution,
         n_classes=n_classes,
@@ -172,5 +175,6 @@ def dcgan(
         sn_eps=sn_eps,
         bn_eps=bn_eps,
         d_bn=d_bn,
+        d_cond=d_cond,
     )
     return G, D

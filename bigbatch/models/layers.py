@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -210,6 +211,42 @@ def embed(y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if y.is_floating_point():
         return y.to(weight.dtype) @ weight
     return F.embedding(y, weight)
+
+
+D_CONDS = ("PD", "AC")  # StudioGAN's d_cond_mtd names of the ways a D here reads the class
+
+
+def check_d_cond(family: str, d_cond: str, n_classes: int) -> None:
+    """Refuse a d_cond option (class_heads) that is not one of D_CONDS, or "AC" for a G and D without classes."""
+    if d_cond not in D_CONDS:
+        raise BigbatchError(
+            f'{family} option d_cond must be "PD" (projection) or "AC" (an auxiliary classifier, ACGAN), got {d_cond!r}'
+        )
+    if d_cond == "AC" and not n_classes:
+        raise BigbatchError(
+            f'{family} option d_cond = "AC" classifies the images by class, and this G and D have none (an '
+            "unconditional run: model.conditional = false, or data without classes)"
+        )
+
+
+def class_heads(d_cond: str, n_classes: int, width: int, **sn: Any) -> tuple[nn.Module | None, nn.Module | None]:
+    """A conditional D's way of reading the class from its pooled features (`width` wide), as StudioGAN's d_cond_mtd
+    (checked by check_d_cond): "PD", the projection (Miyato & Koyama 2018: an embedding of the class, whose product with
+    the features joins the logit), or "AC", an auxiliary classifier (Odena et al. 2017, ACGAN: a bias-free linear map of
+    the features to the classes' logits, put out beside the logit: `with_classes`). Returns (embedding, classifier),
+    neither without classes."""
+    if not n_classes:
+        return None, None
+    if d_cond == "PD":
+        return embedding(n_classes, width, **sn), None
+    head = linear(width, n_classes, bias=False, **sn)
+    head.holds_classes = True  # (a fine-tune onto another number of classes starts it anew, as an embedding)
+    return None, head
+
+
+def with_classes(logit: torch.Tensor, classifier: nn.Module | None, h: torch.Tensor) -> torch.Tensor:
+    """D's output: the logits (N,), or with an auxiliary classifier (N, 1 + classes), the logit first."""
+    return logit if classifier is None else torch.cat([logit.unsqueeze(1), classifier(h).to(logit.dtype)], 1)
 
 
 class ClassEmbedding(nn.Embedding):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from bigbatch.errors import BigbatchError
-from bigbatch.models import biggan
+from bigbatch.models import biggan, layers
 from bigbatch.models.registry import register
 
 G_ARCH = {
@@ -40,6 +40,7 @@ def sngan(
     img_channels: int = 3,
     bn_eps: float = 2e-5,
     sn_eps: float = 1e-12,
+    d_cond: str = "PD",
 ) -> tuple[nn.Module, nn.Module]:
     """SN-GAN ResNet with projection D; ch 64 and dim_z 128 as in the authors' CIFAR and ImageNet models
     (BN eps 2e-5 as chainer's default; Xavier-uniform init where the authors scale it by sqrt(2))."""
@@ -49,6 +50,7 @@ def sngan(
         )
     if not (sn_eps > 0 and bn_eps > 0):
         raise BigbatchError("sngan options sn_eps and bn_eps must be positive")
+    layers.check_d_cond("sngan", d_cond, n_classes)
     G = biggan.BigGANGenerator(
         resolution=resolution,
         n_classes=n_classes,
@@ -75,6 +77,7 @@ def sngan(
         sn_eps=sn_eps,
         arch=D_ARCH,
         wide=False,
+        d_cond=d_cond,
     )
     G.reference_family = D.reference_family = "sngan"  # (BigGAN's classes, no layout of BigGAN-PyTorch's: convert's)
     return G, D

@@ -56,7 +56,7 @@ from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refu
 GAN_TRAIN_KEYS = (
     "d_steps", "g_lr", "d_lr", "loss", "g_ortho", "d_ortho", "freeze_d", "ema_halflife_kimg", "ema_start_kimg",
     "ema_buffers", "r1_gamma", "r1_every", "r2_gamma", "gp", "lecam", "lecam_decay", "lecam_start", "pl_weight",
-    "pl_every", "pl_batch_shrink", "pl_decay", "cr_real", "cr_fake", "zcr_d", "zcr_g", "zcr_radius",
+    "pl_every", "pl_batch_shrink", "pl_decay", "cr_real", "cr_fake", "zcr_d", "zcr_g", "zcr_radius", "cond_lambda",
 )  # fmt: skip
 
 

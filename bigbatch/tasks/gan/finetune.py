@@ -80,7 +80,10 @@ def init_from(path: str, G: nn.Module, D: nn.Module, family: str, main: bool, qu
     if main and not quiet:
         print(f"Fine-tuning from {ckpt}", flush=True)
     if main and (named := [f"{k}'s {', '.join(sorted(set(v)))}" for k, v in fresh.items() if v]):
-        warn(f"train.init_from {ckpt}: re-initialised for this data set's classes: {'; '.join(named)}")
+        # (a head of classes the pretrained run had none of: its D of another model.options.d_cond)
+        new = any(key not in weights[k] for k, v in fresh.items() for key in v)
+        why = " (or a class head the pretrained run had not)" if new else ""
+        warn(f"train.init_from {ckpt}: re-initialised for this data set's classes{why}: {'; '.join(named)}")
     return weights["G_ema"]
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bigbatch import models
 from bigbatch.config import Config
 from bigbatch.data.loader import Batch, Step, read_batch
 from bigbatch.data.schedule import schedule_of
@@ -39,12 +39,11 @@ from bigbatch.data.streams import (
     row_seeds,
 )
 from bigbatch.engine import precision as prec
-from bigbatch.engine.determinism import seeded
 from bigbatch.engine.ema import make_ema, update_ema
 from bigbatch.engine.precision import load_optimizer
 from bigbatch.engine.replicator import Replicator
 from bigbatch.engine.wrap import to_channels_last
-from bigbatch.errors import BigbatchError, warn, warnings_off
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.models import contract
 from bigbatch.models.layers import set_sn_every_micro_batch, singular_values
 from bigbatch.models.registry import is_own
@@ -52,7 +51,9 @@ from bigbatch.sampling import BLACK, captioned_sheet, from_uint8, to_uint8
 from bigbatch.tasks.gan import losses
 from bigbatch.tasks.gan.augment import Augment
 from bigbatch.tasks.gan.checks import (
+    build_models,
     check_config,
+    check_new_gan,
     check_path_length,
     check_stored_size,
     reads_batch_whole,
@@ -66,47 +67,9 @@ from bigbatch.tasks.gan.sheets import Sheets
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, peek, refuse_face_sets, register
 
 
-def build_models(cfg: Config, n_classes: int, img_channels: int) -> tuple[nn.Module, nn.Module]:
-    """G and D as the config describes them, initialised from train.seed (the caller's global RNG is
-    left as it was)."""
-    with seeded(cfg.train.seed):
-        return models.create(
-            cfg.model.name,
-            resolution=cfg.data.resolution,
-            n_classes=n_classes if cfg.model.conditional else 0,
-            ch=cfg.model.ch,
-            dim_z=cfg.model.dim_z,
-            img_channels=img_channels,
-            **cfg.model.options,
-        )
-
-
-def check_attention_given(cfg: Config, G: nn.Module, D: nn.Module) -> None:
-    """A new run's g_attn or d_attn given at the default's size, which no block of the model puts out, refused as
-    any other such size is (found from outside: BigGAN-PyTorch's --G_attn 64 carried to a 32 px run was dropped
-    without a word; a saved run of it still loads, found by review)."""
-    for key, net in (("g_attn", G), ("d_attn", D)):
-        if cfg.model.options.get(key) and getattr(net, "attention", True) is None:
-            raise BigbatchError(
-                f"model.options.{key} = {cfg.model.options[key]}: no block of this {cfg.data.resolution} px "
-                f"{cfg.model.name} puts out {cfg.model.options[key]} px; give one that does, or 0 for no attention"
-            )
-
-
 def linear_decay(lr: float, nimg: int, total: int) -> float:
     """train.lr_decay="linear": the learning rate after `nimg` of `total` images, falling to 0 at the end."""
     return lr * max(0.0, 1 - nimg / total)
-
-
-def check_new_gan(cfg: Config) -> None:
-    """What a new GAN run refuses: an attention size that the models, built on the meta device, have no block of
-    (models that cannot be built are the build's to refuse, after its checks of the data: found by the suite)."""
-    try:
-        with torch.device("meta"), warnings_off():
-            G, D = build_models(cfg, 10, 3)
-    except BigbatchError:
-        return
-    check_attention_given(cfg, G, D)
 
 
 @register("gan", check=check_config, new_run=check_new_gan, says=warn_new_gan)
@@ -217,6 +180,9 @@ class GANTask:
         # D reads real and fake images as one batch (BigGAN-PyTorch's G_D: larger convolutions, one weight
         # normalisation and cast), unless its statistics across the batch must see them apart
         self._joint_d = not reads_batch_whole(self.plain("D"))
+        # An auxiliary classifier in D (model.options.d_cond "AC"): its logits beside each image's, trained on the real
+        # images' classes in D's step and on the fakes' in G's, at train.cond_lambda (StudioGAN's ACGAN)
+        self._classify = getattr(self.plain("D"), "classify", None) is not None
 
     @property
     def steps(self) -> int:
@@ -336,6 +302,10 @@ class GANTask:
         mix = self._share(torch.rand(self.rep.batch, generator=generator(self.seed, GP, nimg))) if self.gp else None
         return real.images, labels, z, y_fake, aug_real, aug_fake, cr_real, cr_fake, z_near, mix
 
+    def _adv(self, out: torch.Tensor) -> torch.Tensor:
+        """D's logit of each image in its output `out` (the first column, beside an auxiliary classifier's)."""
+        return out[:, 0] if self._classify else out
+
     def _judge(self, *parts: tuple[torch.Tensor, torch.Tensor | None]) -> list[torch.Tensor]:
         """D's outputs (float32) on each part's images and labels: in one batch where D reads them so (_joint_d)."""
         if not self._joint_d:
@@ -360,8 +330,10 @@ class GANTask:
         # R1, R2 and the gradient penalty differentiate D's gradient, and the fused attention kernels (flash, memory-
         # efficient, cuDNN) have no derivative of their backward: their steps run attention as its products' composite.
         with sdpa_kernel(SDPBackend.MATH) if self._penalized else nullcontext():
-            logits_real, logits_fake, *judged = self._judge((real, y_real), (fake, y_fake), *extra)
-            gp = None if mix is None else losses.gradient_penalty(lambda x: self.D(x, y_real), read, made, mix)
+            outs = self._judge((real, y_real), (fake, y_fake), *extra)
+            logits_real, logits_fake, *judged = map(self._adv, outs)
+            judge = lambda x: self._adv(self.D(x, y_real))  # noqa: E731 (what the gradient penalty differentiates)
+            gp = None if mix is None else losses.gradient_penalty(judge, read, made, mix)
         adversarial = losses.D_LOSS[self.loss](logits_real, logits_fake)
         ortho = self._ortho(self.D, self.cfg.train.d_ortho)
         loss, lecam = adversarial + ortho, None
@@ -373,7 +345,10 @@ class GANTask:
             out[name] = penalty.detach()  # (unweighted, as r1_penalty)
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam, CR and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
-        if torch.is_tensor(ortho) or self._penalized or lecam is not None or extra:
+        if self._classify:  # (unweighted, as r1_penalty)
+            classified = F.cross_entropy(outs[0][:, 1:], y_real)
+            out["loss"], out["ac_real"] = out["loss"] + self.cfg.train.cond_lambda * classified, classified.detach()
+        if torch.is_tensor(ortho) or self._penalized or lecam is not None or extra or self._classify:
             out["loss_D"] = adversarial.detach()
         if gp is not None:  # (unweighted, as r1_penalty)
             out["loss"] = out["loss"] + self.gp * gp
@@ -442,17 +417,21 @@ class GANTask:
         distance = None if z_near is None else mean_square(fake, self._fake(z_near, y, keys=z))
         if aug is not None:
             fake = self.augment(fake, aug)
-        logits = self.D(fake, y).float()
+        judged = self.D(fake, y).float()
+        logits = self._adv(judged)
         if self.loss != "rpgan":
             adversarial = losses.G_LOSS[self.loss](logits)
         else:  # (RpGAN: D's outputs on the real images, which D's weights, not trained here, take no gradient from)
             real = from_uint8(images) if aug_real is None else self.augment(from_uint8(images), aug_real)
             with torch.no_grad():
-                logits_real = self.D(real, y).float()  # (y: the real images' labels, which the fakes took)
+                logits_real = self._adv(self.D(real, y).float())  # (y: the real images' labels, the fakes' too)
             adversarial = losses.g_relativistic(logits, logits_real)
         ortho = self._ortho(self.G, self.cfg.train.g_ortho)
         loss = adversarial + ortho
         apart = {"ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
+        if self._classify:  # (unweighted, as r1_penalty)
+            classified = F.cross_entropy(judged[:, 1:], y)
+            loss, apart["ac_fake"] = loss + self.cfg.train.cond_lambda * classified, classified.detach()
         if distance is not None:
             loss = loss - self.consistency.g * distance
             apart["zcr_g_distance"] = distance.detach()
@@ -507,7 +486,7 @@ class GANTask:
         stats = {"grad_norm_G": self.rep.grad_norm(self.opt_G)}
         if not isinstance(out, dict):
             return {"loss_G": out, **stats}
-        said = {k: out[k] for k in ("loss_G", "ortho_G", "zcr_g_distance") if k in out}  # (regularizers apart)
+        said = {k: out[k] for k in ("loss_G", "ortho_G", "zcr_g_distance", "ac_fake") if k in out}  # (terms apart)
         if "pl_length" not in out:
             return {**said, **stats}
         # The engine's mean over micro-batches and ranks of each one's scaled sums: the step's means.

@@ -1,0 +1,87 @@
+"""D with an auxiliary classifier (model.options.d_cond = "AC", StudioGAN's ACGAN), found missing from outside by a
+StudioGAN user (projection was the one way a D here read the class): D's loss adds train.cond_lambda x its
+cross-entropy on the real images' classes, G's on its fakes'; resumed bit for bit; refused where it cannot be."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+import bigbatch
+from bigbatch.cli import main
+from bigbatch.sampling import from_uint8
+
+SMALL = ["data.resolution=16", "model.ch=8", "model.dim_z=16", "train.batch=16", "sample.every_kimg=0"]
+AC = [*SMALL, "model.options.d_cond=AC", "train.cond_lambda=0.5", "checkpoint.every_kimg=0.032"]
+
+
+def test_d_and_g_add_the_classifiers_cross_entropy_on_the_reals_and_on_the_fakes(tmp_path, monkeypatch):
+    from bigbatch.tasks.gan.task import GANTask
+
+    seen = {"D": [], "G": []}
+    d_loss, g_loss = GANTask.d_loss, GANTask.g_loss
+
+    def d_looked(self, micro):
+        out = d_loss(self, micro)
+        images, labels = micro[0], micro[1]
+        with torch.no_grad():  # (D's weights as the loss saw them: the step applies after every micro-batch)
+            logits = self.D(from_uint8(images.to(self.rep.device)), labels).float()
+        seen["D"].append((out, F.cross_entropy(logits[:, 1:], labels), logits.shape))
+        return out
+
+    def g_looked(self, micro):
+        out = g_loss(self, micro)
+        z, y = micro[0], micro[1]
+        with torch.no_grad():
+            logits = self.D(self._fake(z, y), y).float()
+        seen["G"].append((out, F.cross_entropy(logits[:, 1:], y), logits.shape))
+        return out
+
+    monkeypatch.setattr(GANTask, "d_loss", d_looked)
+    monkeypatch.setattr(GANTask, "g_loss", g_looked)
+    assert main(["train", *AC, "train.kimg=0.032", "--run-dir", str(tmp_path / "r")]) == 0
+    for net, key, adversarial in (("D", "ac_real", "loss_D"), ("G", "ac_fake", "loss_G")):
+        for out, classified, shape in seen[net]:
+            assert shape == (16, 11)  # the logit, then digits' 10 classes
+            torch.testing.assert_close(out[key], classified, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(out["loss"].detach(), out[adversarial] + 0.5 * out[key])
+    rows = (tmp_path / "r" / "metrics.jsonl").read_text()
+    assert '"ac_real"' in rows and '"ac_fake"' in rows
+
+
+def test_an_ac_run_resumes_bit_exact_and_a_projection_run_fine_tunes_into_one(tmp_path, capsys):
+    def weights(run):
+        return load_file(tmp_path / run / "checkpoints" / "000000.064" / "D.safetensors")
+
+    assert main(["train", *AC, "train.kimg=0.064", "--run-dir", str(tmp_path / "straight")]) == 0
+    assert main(["train", *AC, "train.kimg=0.032", "--run-dir", str(tmp_path / "resumed")]) == 0
+    assert main(["train", *AC, "train.kimg=0.064", "--run-dir", str(tmp_path / "resumed"), "--resume"]) == 0
+    a, b = weights("straight"), weights("resumed")
+    assert a.keys() == b.keys() and "classify.weight" in a and all(torch.equal(a[k], b[k]) for k in a)
+    # A projection D's run fine-tuned with an auxiliary classifier: its head starts anew, said.
+    capsys.readouterr()
+    argv = [*SMALL, "train.kimg=0.032", "--init-from", str(tmp_path / "projection")]
+    assert main(["train", *SMALL, "train.kimg=0.032", "--run-dir", str(tmp_path / "projection")]) == 0
+    assert main(["train", *argv, "model.options.d_cond=AC", "--run-dir", str(tmp_path / "tuned")]) == 0
+    said = "re-initialised for this data set's classes (or a class head the pretrained run had not): D's classify.sn_u"
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["model.name=stylegan2", 'model.options={d_cond="AC"}'], "'stylegan2' has no option 'd_cond'"),
+        (["model.options.d_cond=AC", "model.conditional=false"], 'd_cond = "AC" classifies the images by class'),
+        (["train.cond_lambda=0.5"], "'train.cond_lambda' weighs an auxiliary classifier's loss"),
+    ],
+)
+def test_where_it_cannot_be_it_is_one_line(extra, said, capsys):
+    assert main(["train", *SMALL, *extra, "--dry-run"]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_every_family_with_a_projection_d_offers_it():
+    for family in ("biggan", "biggan_deep", "sagan", "sngan", "dcgan"):
+        G, D = bigbatch.models.create(family, resolution=32, n_classes=7, ch=8, dim_z=16, d_cond="AC")
+        assert D(torch.randn(3, 3, 32, 32), torch.tensor([0, 3, 6])).shape == (3, 8), family
+        assert D.embed is None  # (no projection beside it: StudioGAN's AC)
