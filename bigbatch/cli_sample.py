@@ -202,19 +202,29 @@ def _sample(args: argparse.Namespace) -> None:
             save_png(grid(images, ncol=args.ncol), out)
         else:  # (ADA's generate.py --outdir: found from outside, a grid or an .npz alone)
             out = Path(args.outdir)
+            # A conditional G's in a folder of each class, as StudioGAN saves them, which prepare reads as the
+            # classes (found from outside: a classifier trained on them, CAS, had no way to its labels); --seeds'
+            # named as ADA's generate.py names them, in the folder itself.
+            folders = class_folders(G.class_names, G.n_classes) if y is not None and not args.seeds else None
             for i, image in enumerate(images):
                 name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
-                # A conditional G's in a folder of each class, as StudioGAN saves them, which prepare reads as the
-                # classes (found from outside: a classifier trained on them, CAS, had no way to its labels).
-                folder = out if y is None else out / class_folder(G.class_names, int(y[i]))
+                folder = out if folders is None else out / folders[y[i]]
                 save_png(grid(image[None], ncol=1, pad=0), folder / name)
     print(out)
 
 
-def class_folder(names: list[str] | None, label: int) -> str:
-    """The folder of class `label`: its name (a path's separators and a name of dots replaced), else its index."""
-    name = re.sub(r"[/\\\x00]", "_", names[label]) if names else ""
-    return name if name.strip(".") else str(label)
+def class_folders(names: list[str] | None, n_classes: int) -> list[str]:
+    """Each class's folder: its name (a path's separators replaced, and a leading dot, which prepare would pass over
+    as hidden), else its index; two classes in one folder refused."""
+    names = names or [str(c) for c in range(n_classes)]
+    folders = [re.sub(r"^\.|[/\\\x00]", "_", name) or str(c) for c, name in enumerate(names)]
+    if len(set(folders)) < len(folders):
+        twice = next(f for f in folders if folders.count(f) > 1)
+        raise BigbatchError(
+            f"--outdir: two classes would share the folder {twice!r} (their names differ only in characters a folder "
+            "name cannot hold): use --npz, which keeps each image's class"
+        )
+    return folders
 
 
 def _check_fits(n: int, resolution: int, mixing: bool = False) -> None:

@@ -144,8 +144,8 @@ class TrainConfig(Section):
     step's real images)."""
     lr_decay: Literal["none", "linear", "cosine", "step"] = "none"
     """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
-    train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter) or "step"
-    (times train.lr_gamma at each of train.lr_steps)."""
+    train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter; both to train.lr_min, ending
+    train.cooldown_kimg before the end) or "step" (times train.lr_gamma at each of train.lr_steps)."""
     optimizer: Literal["sgd", "adamw", "lars", "lamb"] = "sgd"
     """classify: SGD with momentum (train.momentum, train.nesterov), AdamW (train.betas), or the large-batch LARS
     (SGD's keys, train.trust_coeff) or LAMB (AdamW's), as timm's."""
@@ -166,7 +166,8 @@ class TrainConfig(Section):
     lr_min: float = 0.0
     """classify, train.lr_decay "linear" or "cosine": the rate it decays to (timm's --min-lr), scaled as train.lr."""
     cooldown_kimg: float = 0.0
-    """classify, train.lr_decay "linear" or "cosine": the last kimg held at train.lr_min (timm's --cooldown-epochs)."""
+    """classify, train.lr_decay "linear" or "cosine": the last kimg of train.kimg held at train.lr_min (timm's
+    --cooldown-epochs, which timm adds after --epochs: its run is train.kimg = epochs + cooldown epochs)."""
     lr_steps: list[float] = field(default_factory=list)
     """classify, train.lr_decay="step": the kimg at which the learning rate is multiplied by train.lr_gamma."""
     lr_gamma: float = 0.1
@@ -502,17 +503,8 @@ class Config(Section):
                     f"key and keep the others, write {dotted}.KEY=VALUE"
                 )
             node[leaf] = value
-        chosen = updates.get("train.optimizer")
-        if chosen != self.train.optimizer and chosen in OPTIMIZER_KEYS:  # (found from outside: a preset's SGD keys
-            # refused the command line's train.optimizer=adamw until reset one by one, where timm's --opt ignores them)
-            t, defaults = self.train, TrainConfig().to_dict()
-            left = unread_optimizer_keys(chosen)
-            reset = [k for k in left if f"train.{k}" not in updates and t.to_dict()[k] != defaults[k]]
-            tree["train"].update({k: defaults[k] for k in reset})
-            if reset:
-                said = ", ".join(f"train.{k}" for k in reset) + (" goes back to its default" if len(reset) == 1 else
-                                                                  " go back to their defaults")  # fmt: skip
-                warn(f"train.optimizer = {chosen!r}: {said} (read by {t.optimizer!r} alone)")
+        given = {k.removeprefix("train.") for k in updates if k.startswith("train.")}
+        self._other_optimizers_keys(tree, updates.get("train.optimizer"), given)
         return Config.from_dict(tree)
 
     def layered(self, tree: dict[str, Any]) -> Config:
@@ -532,7 +524,24 @@ class Config(Section):
                 out[k] = over(below, v, f"{prefix}{k}.") if isinstance(below, Section) and isinstance(v, dict) else v
             return out
 
-        return Config.from_dict(over(self, tree))
+        laid = over(self, tree)
+        train = tree.get("train") if isinstance(tree.get("train"), dict) else {}
+        self._other_optimizers_keys(laid, train.get("optimizer"), set(train))
+        return Config.from_dict(laid)
+
+    def _other_optimizers_keys(self, tree: dict[str, Any], chosen: Any, given: set[str]) -> None:
+        """A train.optimizer `chosen` over this config's other one: the keys this config set that it does not read
+        back to their defaults in `tree`, said, but those `given` beside it (found from outside: a preset's SGD keys
+        refused the command line's train.optimizer=adamw until reset one by one, where timm's --opt ignores them)."""
+        if chosen == self.train.optimizer or chosen not in OPTIMIZER_KEYS:
+            return
+        ours, defaults = self.train.to_dict(), TrainConfig().to_dict()
+        reset = [k for k in unread_optimizer_keys(chosen) if k not in given and ours[k] != defaults[k]]
+        tree["train"].update({k: defaults[k] for k in reset})
+        if reset:
+            said = ", ".join(f"train.{k}" for k in reset) + (" goes back to its default" if len(reset) == 1 else
+                                                              " go back to their defaults")  # fmt: skip
+            warn(f"train.optimizer = {chosen!r}, which does not read {'it' if len(reset) == 1 else 'them'}: {said}")
 
     def left_out(self, tree: dict[str, Any]) -> list[str]:
         """The dotted keys that this config sets (not None) and a TOML file's `tree` does not."""

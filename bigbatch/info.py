@@ -219,6 +219,7 @@ def describe_run(path: str | Path) -> str:
         momentum = f" momentum {t.momentum:g}{' nesterov' if t.nesterov else ''}" if t.optimizer == "sgd" else ""
         smooth = f", label smoothing {t.label_smoothing:g}" if t.label_smoothing else ""
         smooth += f", weights averaged (half-life {t.model_ema_kimg:g} kimg)" if t.model_ema_kimg else ""
+        smooth += ", binary cross-entropy" if t.bce_loss else ""
         lines.append(
             f"training    {batch}, {t.optimizer}{momentum} {rates}, weight decay {t.weight_decay:g}"
             f"{'' if t.norm_decay else ' (not on norms, biases)'}{smooth}, {t.precision}, seed {t.seed}"
@@ -227,6 +228,7 @@ def describe_run(path: str | Path) -> str:
         augments = [f"random-resized crops from {t.crop_scale:g} of the area"] if t.crop_scale < 1 else []
         augments += ["flips"] if cfg.data.xflip else []
         augments += [f"{k} {getattr(t, k):g}" for k in ("mixup", "cutmix", "random_erase") if getattr(t, k)]
+        augments += [f"pairs mixed at {t.mixup_prob:g}"] if (t.mixup or t.cutmix) and t.mixup_prob < 1 else []
         augments += [f"randaugment {t.randaugment}"] if t.randaugment else []
         lines.append(f"augment     {', '.join(augments) or 'none'}")
     if cfg.data.schedule:  # (each phase from its first step, as training says it: found from outside, 1.5 for 1.536)

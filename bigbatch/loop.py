@@ -30,7 +30,7 @@ from bigbatch.data.loader import DataReadError
 from bigbatch.data.schedule import Phase, schedule_of
 from bigbatch.engine import compile_cache, dist
 from bigbatch.engine.arguments import SkipLimitReached
-from bigbatch.engine.determinism import run_kernels
+from bigbatch.engine.determinism import global_rngs_kept, run_kernels
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import STOPPED_BY_SIGNAL, BigbatchError, warn
 from bigbatch.metrics_file import truncate_metrics
@@ -76,8 +76,8 @@ def train(
         try:
             # The run directory: a new one, or the run to resume (whose config must agree with cfg), locked.
             run = open_run(cfg, run_dir, resume)
-            try:  # (torch's global generators, which each micro-batch seeds, put back as they were after it)
-                with torch.random.fork_rng(devices=[rep.device] if rep.device.type == "cuda" else []):
+            try:  # (the global generators, which each micro-batch seeds and a resume sets, put back after it)
+                with global_rngs_kept(rep.device):
                     return _train(run, rep, quiet, stop)
             except BaseException as e:
                 # The traceback holds _train's frame and with it the task's DDP wrappers: they must go

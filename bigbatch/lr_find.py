@@ -21,6 +21,7 @@ from bigbatch.batching import replicator_for
 from bigbatch.config import Config
 from bigbatch.data.load import training_data
 from bigbatch.data.schedule import Schedule, schedule_of
+from bigbatch.engine.determinism import global_rngs_kept
 from bigbatch.errors import BigbatchError
 from bigbatch.tasks import Feed, build_task
 
@@ -39,36 +40,37 @@ def lr_find(cfg: Config, start: float = 1e-7, end: float = 10.0, steps: int = 10
         )
     first = schedule_of(cfg).phases[0]  # the first phase's resolution and batch, as training begins
     rep = replicator_for(cfg)
-    try:
-        data = training_data(cfg)
-        task = build_task(cfg, rep, data)
-        if not hasattr(task, "set_lr"):
-            raise BigbatchError(f'lr-find takes classify and swap configs; this one trains task = "{cfg.task}"')
-        rates = [start * (end / start) ** (i / (steps - 1)) for i in range(steps)]
-        crop_scale, order = getattr(task, "loader_crop_scale", 0.0), getattr(task, "data_order", None)
-        feed = Feed(data, Schedule([first]), rep, cfg, crop_scale=crop_scale, order=order)
-        lrs, losses, average, best, skipped = [], [], 0.0, math.inf, 0
+    with global_rngs_kept(rep.device):  # (the caller's generators, which the steps seed, put back after)
         try:
-            for i in range(steps):
-                task.set_lr(rates[i])
-                stats = task.step(feed)
-                if rep.skipped(task.opt) and skipped < 10 and not losses:
-                    skipped += 1  # fp16's loss scale settling in: not a divergence
-                    continue
-                loss = sum(stats.get(k, math.nan) for k in task.range_loss)
-                if not math.isfinite(loss):
-                    break
-                average = SMOOTHING * average + (1 - SMOOTHING) * loss
-                smoothed = average / (1 - SMOOTHING ** (len(losses) + 1))
-                lrs.append(rates[i])
-                losses.append(smoothed)
-                best = min(best, smoothed)
-                if smoothed > DIVERGED * best:
-                    break
+            data = training_data(cfg)
+            task = build_task(cfg, rep, data)
+            if not hasattr(task, "set_lr"):
+                raise BigbatchError(f'lr-find takes classify and swap configs; this one trains task = "{cfg.task}"')
+            rates = [start * (end / start) ** (i / (steps - 1)) for i in range(steps)]
+            crop_scale, order = getattr(task, "loader_crop_scale", 0.0), getattr(task, "data_order", None)
+            feed = Feed(data, Schedule([first]), rep, cfg, crop_scale=crop_scale, order=order)
+            lrs, losses, average, best, skipped = [], [], 0.0, math.inf, 0
+            try:
+                for i in range(steps):
+                    task.set_lr(rates[i])
+                    stats = task.step(feed)
+                    if rep.skipped(task.opt) and skipped < 10 and not losses:
+                        skipped += 1  # fp16's loss scale settling in: not a divergence
+                        continue
+                    loss = sum(stats.get(k, math.nan) for k in task.range_loss)
+                    if not math.isfinite(loss):
+                        break
+                    average = SMOOTHING * average + (1 - SMOOTHING) * loss
+                    smoothed = average / (1 - SMOOTHING ** (len(losses) + 1))
+                    lrs.append(rates[i])
+                    losses.append(smoothed)
+                    best = min(best, smoothed)
+                    if smoothed > DIVERGED * best:
+                        break
+            finally:
+                feed.close()
         finally:
-            feed.close()
-    finally:
-        rep.close()
+            rep.close()
     if len(losses) < 5:
         raise BigbatchError(f"the loss diverged within {len(losses)} steps: start the range lower (--start-lr)")
     per = cfg.train.lr_batch if task.lr_key == "train.lr" else 0

@@ -24,7 +24,12 @@ class _Dropped(nn.Module):
         return self.body(x).mean((2, 3))
 
     def forward(self, x):
+        if self.training:
+            SEEDS.append(torch.initial_seed())  # (the seed the global generator was last given: the micro-batch's)
         return self.head(self.features(x))
+
+
+SEEDS: list[int] = []
 
 
 def dropped(*, n_classes: int, ch: int = 8, img_channels: int = 3):
@@ -48,9 +53,14 @@ def test_a_familys_dropout_trains_the_same_weights_again_and_after_a_resume(tmp_
     cfg = cfg.override({"checkpoint.every_kimg": 0.128, "train.micro_batch": 16})
     torch.manual_seed(7)
     caller = torch.get_rng_state()
+    SEEDS.clear()
     one = weights(bigbatch.train(cfg, run_dir=tmp_path / "one", quiet=True))
     assert torch.equal(torch.get_rng_state(), caller)  # the caller's generator as it was
+    # Each micro-batch of each step seeded anew (4 steps of 4 micro-batches: batch 64, micro-batch 16), ...
+    seeds, SEEDS[:] = list(SEEDS), []
+    assert len(seeds) == 16 and len(set(seeds)) == 16
     again = weights(bigbatch.train(cfg, run_dir=tmp_path / "again", quiet=True))
+    assert SEEDS == seeds  # ... and alike on a rerun
     bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "resumed", quiet=True)
     resumed = weights(bigbatch.train(cfg, run_dir=tmp_path / "resumed", resume=True, quiet=True))
     other = weights(bigbatch.train(cfg.override({"train.seed": 1}), run_dir=tmp_path / "other", quiet=True))

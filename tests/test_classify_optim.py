@@ -66,11 +66,28 @@ def test_a_run_trains_with_it_and_resumes_bit_exact(tmp_path, optimizer):
     assert all(torch.equal(a[k], b[k]) for k in a) and not torch.equal(a["conv1.weight"], first["conv1.weight"])
 
 
-def test_its_keys_go_with_it():
+def test_its_keys_go_with_it(capsys):
     from bigbatch.cli import main
 
     assert main(["train", "--dry-run", "--preset", "fashion_resnet", "train.trust_coeff=0.02"]) == 2  # (SGD's preset)
+    said = "'train.trust_coeff' is not read by train.optimizer = \"sgd\", which reads train.momentum and train.nesterov"
+    assert said in capsys.readouterr().err
     lars = bigbatch.preset("fashion_resnet").override({"train.optimizer": "lars", "train.trust_coeff": 0.02})
     assert lars.train.nesterov == bigbatch.preset("fashion_resnet").train.nesterov  # (SGD's keys are LARS's too)
     with pytest.raises(bigbatch.BigbatchError, match="'train.trust_coeff' must be a positive number"):
         lars.override({"train.trust_coeff": 0})
+    # LAMB takes timm's eps, 1e-6, where train.adam_eps is left at Adam's; without weight decay each is said to
+    # adapt nothing.
+    from bigbatch.tasks.classify import optim
+
+    net = torch.nn.Linear(2, 2)
+    groups = [{"params": list(net.parameters()), "weight_decay": 0.0}]
+    assert optim.build(tiny(**{"train.optimizer": "lamb"}).train, groups, {}).defaults["eps"] == 1e-6
+    assert (
+        optim.build(tiny(**{"train.optimizer": "lamb", "train.adam_eps": 1e-5}).train, groups, {}).defaults["eps"]
+        == 1e-5
+    )
+    assert (
+        main(["train", "--dry-run", "--preset", "fashion_resnet", "train.optimizer=lars", "train.weight_decay=0"]) == 0
+    )
+    assert "train.weight_decay is 0: it steps as plain SGD or Adam" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 and score it on real ones, the Classification Accuracy Score)."""
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from bigbatch.cli import main
@@ -37,3 +38,13 @@ def test_classes_are_names_first_and_an_index_where_no_class_has_its_name_is_sai
         == "bigbatch: warning: --classes: no class is named '0': taken as the class of index 0, '10'\n"
     )
     assert _parse_classes("2,0", ["cat", "dog", "eel"]) == [2, 0] and capsys.readouterr().err == ""
+
+
+def test_a_class_name_no_folder_can_hold_is_mended_and_two_in_one_folder_refused():
+    from bigbatch.cli_sample import class_folders
+    from bigbatch.errors import BigbatchError
+
+    assert class_folders(["T-shirt/top", ".hidden", "", "cat"], 4) == ["T-shirt_top", "_hidden", "2", "cat"]
+    assert class_folders(None, 3) == ["0", "1", "2"]
+    with pytest.raises(BigbatchError, match="two classes would share the folder 'a_b'.*use --npz"):
+        class_folders(["a/b", "a_b"], 2)

@@ -356,12 +356,8 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     assert main(["sample", str(run), *seeds, "--n", "3"]) == 2 and "leave out --n" in capsys.readouterr().err
     # --outdir: a PNG a seed, named as ADA's generate.py names them (found from outside: a grid or an .npz alone).
     assert main(["sample", str(run), *seeds[:-3], "--classes", "4", "--outdir", str(tmp_path / "each")]) == 0
-    assert sorted(p.name for p in (tmp_path / "each" / "4").iterdir()) == [
-        "seed0002.png",
-        "seed0003.png",
-        "seed0085.png",
-    ]
-    assert np.array_equal(np.asarray(Image.open(tmp_path / "each" / "4" / "seed0085.png")), drawn[0].numpy())
+    assert sorted(p.name for p in (tmp_path / "each").iterdir()) == ["seed0002.png", "seed0003.png", "seed0085.png"]
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "each" / "seed0085.png")), drawn[0].numpy())
     assert main(["sample", str(run), *seeds, "--outdir", str(tmp_path / "each")]) == 2
     assert "--outdir writes a PNG an image: leave out --out, --npz" in capsys.readouterr().err
     assert main(["sample", str(run), *seeds[:-3], "--classes", "4", "--outdir", "s3://b/each"]) == 2  # (review)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 
 from bigbatch.errors import warn
@@ -40,7 +42,7 @@ def seed_micro_batches(rep: Any, seed: int) -> None:
 
     def seed_before(index: int) -> None:
         plan = None if rep.micro_batch_pending else rep.plan  # (a probe: micro-batch 0 of its size)
-        place = index if plan is None else rep.rank * (rep.share // plan.micro_batch) + index
+        place = index if plan is None else rep.rank * plan.accumulation + index
         keys = (seed, *(state.steps for state in rep.optimizers.values()), place)
         drawn = int.from_bytes(hashlib.blake2b(repr(keys).encode(), digest_size=8).digest(), "little") >> 1
         torch.random.default_generator.manual_seed(drawn)
@@ -48,6 +50,20 @@ def seed_micro_batches(rep: Any, seed: int) -> None:
             torch.cuda.default_generators[torch.cuda._utils._get_device_index(rep.device, True)].manual_seed(drawn)
 
     rep.on_micro_batch(seed_before)
+
+
+@contextmanager
+def global_rngs_kept(device: torch.device) -> Iterator[None]:
+    """The global generators (torch's, the host's and `device`'s; Python's and NumPy's, which a resume sets from its
+    checkpoint) as they were before, once left: what a library call that trains (which seeds them before each
+    micro-batch, `seed_micro_batches`) or evaluates owes its caller."""
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from torch import nn
 from bigbatch.config import Config, DataConfig, EvalConfig, ModelConfig, TrainConfig
 from bigbatch.data.schedule import schedule_of
 from bigbatch.engine import dist
+from bigbatch.engine.determinism import global_rngs_kept
 from bigbatch.engine.replicator import Replicator
 from bigbatch.errors import BigbatchError
 from bigbatch.metrics.classifier import (
@@ -69,8 +70,8 @@ def train_feature_classifier(data: Any, options: ClassifierOptions, device: torc
     ctx = dist.context(device.type)
     cfg = feature_classifier_config(options, ctx.world_size, device.type, uses_rotation(data))
     schedule = schedule_of(cfg)
-    with Replicator(cfg.train.batch, cfg.train.micro_batch, device=device.type) as rep:
-        task = build_task(cfg, rep, data)
+    with Replicator(cfg.train.batch, cfg.train.micro_batch, device=device.type) as rep, global_rngs_kept(rep.device):
+        task = build_task(cfg, rep, data)  # (whose steps seed the global generators: the caller's put back after)
         feed = Feed(data, schedule, rep, cfg, crop_scale=getattr(task, "loader_crop_scale", 0.0))
         try:
             while feed.nimg < cfg.train.batch * options.steps:

@@ -93,16 +93,13 @@ def check(cfg: Config) -> None:
     train.lr's warm-up and decay; train.lr_min and train.cooldown_kimg are a linear or cosine decay's, train.warmup_lr
     a warm-up's, each below train.lr; the warm-up and the cool-down leave some of the run between them."""
     t = cfg.train
-    if schedule_of(cfg).phases[0].lr is not None and (given := t.changed("warmup_kimg", "warmup_lr", "lr_min")):
-        raise BigbatchError(
-            f"config key 'data.schedule' gives each phase an lr, so {given[0]} must stay 0 (the phases are the whole "
-            "learning-rate schedule); drop one or the other"
-        )
-    if schedule_of(cfg).phases[0].lr is not None and t.lr_decay != "none":
-        raise BigbatchError(
-            "config key 'data.schedule' gives each phase an lr, so train.lr_decay must stay \"none\" (the phases are "
-            "the whole learning-rate schedule); drop one or the other"
-        )
+    if schedule_of(cfg).phases[0].lr is not None:
+        given = t.changed("warmup_kimg", "warmup_lr", "lr_min") + (["train.lr_decay"] if t.lr_decay != "none" else [])
+        if given:
+            raise BigbatchError(
+                f"config key 'data.schedule' gives each phase an lr, so {given[0]} must stay at its default (the "
+                "phases are the whole learning-rate schedule); drop one or the other"
+            )
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
     if t.lr_decay not in ("linear", "cosine") and (given := t.changed("lr_min", "cooldown_kimg")):

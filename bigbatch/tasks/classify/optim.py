@@ -3,10 +3,12 @@ large-batch training, as timm has them (written here: torch has neither):
 
 - "lars" (You et al. 2017, "Large Batch Training of Convolutional Networks"; timm's `Lars`, after NVIDIA apex's
   LARC): SGD with momentum whose gradient, weight decay added, is scaled for each tensor by the trust ratio
-  trust_coeff x |w| / (|g| + weight_decay x |w| + eps) (1 where |w| or |g| is 0);
+  trust_coeff x |w| / (|g| + weight_decay x |w| + eps) (1 where |w| or |g| is 0); Nesterov's as train.nesterov says
+  (on by default, as for SGD: timm's "nlars"; train.nesterov = false for its "lars");
 - "lamb" (You et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes"; timm's `Lamb`):
   Adam's bias-corrected moments, the update (weight decay added) scaled for each tensor by |w| / |update|; the
-  gradients first divided by their global norm where it is above 1 (timm's max_grad_norm).
+  gradients first divided by their global norm where it is above 1 (timm's max_grad_norm); eps timm's 1e-6 unless
+  train.adam_eps is given.
 
 As timm's, a tensor whose param group has no weight decay (biases and normalization, train.norm_decay false) is not
 adapted: LARS steps it as SGD, LAMB as Adam.
@@ -19,8 +21,11 @@ from typing import Any
 
 import torch
 
+from bigbatch.errors import warn
+
 ADAMW_BETAS = (0.9, 0.999)  # PyTorch's and timm's; train.betas's default, (0.0, 0.999), is BigGAN's Adam's
 LAMB_MAX_GRAD_NORM = 1.0  # timm's Lamb's: the gradients' global norm divided down to it
+LAMB_EPS = 1e-6  # timm's Lamb's, where train.adam_eps is left at Adam's 1e-8
 
 
 def build(t: Any, groups: list[dict[str, Any]], kernels: dict[str, bool]) -> torch.optim.Optimizer:
@@ -34,7 +39,7 @@ def build(t: Any, groups: list[dict[str, Any]], kernels: dict[str, bool]) -> tor
         return torch.optim.AdamW(groups, lr=t.lr, betas=betas, eps=t.adam_eps, **kernels)
     if t.optimizer == "lars":
         return Lars(groups, lr=t.lr, momentum=t.momentum, nesterov=nesterov, trust_coeff=t.trust_coeff)
-    return Lamb(groups, lr=t.lr, betas=betas, eps=t.adam_eps)
+    return Lamb(groups, lr=t.lr, betas=betas, eps=t.adam_eps if t.changed("adam_eps") else LAMB_EPS)
 
 
 def _trust(w_norm: torch.Tensor, g_norm: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
@@ -93,7 +98,7 @@ class Lamb(torch.optim.Optimizer):
         params: Iterable[Any],
         lr: float,
         betas: tuple[float, float] = ADAMW_BETAS,
-        eps: float = 1e-6,
+        eps: float = LAMB_EPS,
         weight_decay: float = 0.01,
     ):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
@@ -127,3 +132,11 @@ class Lamb(torch.optim.Optimizer):
                     w_norm, u_norm = p.norm(), update.norm()
                     update.mul_(_trust(w_norm, u_norm, w_norm / u_norm))
                 p.add_(update, alpha=-group["lr"])
+
+
+def warn_unadapted(t: Any) -> None:
+    """LARS or LAMB with no weight decay, said: they adapt the tensors with decay alone (as timm's), so they step as
+    SGD or Adam (found by review)."""
+    if t.optimizer in ("lars", "lamb") and t.weight_decay == 0:
+        warn(f"train.optimizer = {t.optimizer!r} adapts the rate of the tensors with weight decay, and "
+             "train.weight_decay is 0: it steps as plain SGD or Adam")  # fmt: skip

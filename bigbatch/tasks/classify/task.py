@@ -90,7 +90,7 @@ def check_config(cfg: Config) -> None:
         reset = " ".join(f"{k}={_toml(getattr(defaults, k.removeprefix('train.')))}" for k in other)
         raise BigbatchError(
             f"config key '{other[0]}' is not read by train.optimizer = \"{t.optimizer}\", which reads {uses}; "
-            f"remove it, or reset what a preset set ({reset}), or choose the other optimizer"
+            f"remove it, or reset what a preset set ({reset}), or choose an optimizer that reads it"
         )
     check_rates(cfg)
     if t.freeze_kimg and not t.init_from:  # (a linear probe of random features: said, as likely a mistake)
@@ -182,6 +182,7 @@ def warn_new_run(cfg: Config, trains: bool = True) -> None:
     none): keys it leaves unread, phases at none of them at data.resolution, and, where it `trains` (not lr-find or
     show-batch), decays, phases and a warm-up that the run's length never reaches or leaves."""
     warn_unread(cfg)
+    optim.warn_unadapted(cfg.train)
     # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
     sides = phase_sides(cfg)
     if cfg.data.schedule and cfg.data.resolution not in sides:

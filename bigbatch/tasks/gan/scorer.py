@@ -11,6 +11,7 @@ import torch
 
 from bigbatch.config import Config, EvalConfig
 from bigbatch.config_types import typed
+from bigbatch.engine.determinism import global_rngs_kept
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.metrics.classifier import ClassifierOptions
 from bigbatch.metrics.evaluate import COMPARING, MANIFOLD, NAMES, PER_IMAGE, parse_metrics, score_names
@@ -129,7 +130,7 @@ class Scorer:
     def _rng_untouched(self) -> Any:
         """Evaluation leaves training as it was: the global RNG (which training a classifier reseeds)
         is restored afterwards."""
-        return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
+        return global_rngs_kept(self.device)
 
     def __call__(self) -> dict[str, float]:
         import copy

@@ -182,7 +182,7 @@ class GANTask:
         self._joint_d = not reads_batch_whole(self.plain("D"))
         # An auxiliary classifier in D (model.options.d_cond "AC"): its logits beside each image's, trained on the real
         # images' classes in D's step and on the fakes' in G's, at train.cond_lambda (StudioGAN's ACGAN)
-        self._classify = getattr(self.plain("D"), "classify", None) is not None
+        self._classify = getattr(getattr(self.plain("D"), "classify", None), "holds_classes", False)  # (layers.py's)
 
     @property
     def steps(self) -> int:
