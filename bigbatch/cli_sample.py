@@ -60,6 +60,9 @@ def _sample(args: argparse.Namespace) -> None:
                                                               ("--interp", args.interp), ("--ncol", args.ncol))
                                               if on]):  # fmt: skip
         raise BigbatchError(f"--outdir writes a PNG an image: leave out {', '.join(given)}")
+    if args.overwrite and args.outdir is None:
+        raise BigbatchError("--overwrite replaces the PNGs of an earlier draw in --outdir: give --outdir")
+    stale = earlier_draw(args.outdir, args.overwrite)  # (refused before anything is drawn)
     mixing = args.mix_rows is not None or args.mix_cols is not None
     if mixing:
         given = [o for o, on in (("--n", args.n is not None), ("--seed", args.seed), ("--seeds", args.seeds),
@@ -177,6 +180,8 @@ def _sample(args: argparse.Namespace) -> None:
         sheet = style_mixing(G, rows, cols, styles, row_y, col_y)
         out = Path(args.out or default_dir / f"mixing-{named}.png") if args.outdir is None else Path(args.outdir)
         columns = len(args.mix_cols) + 1
+        for path in stale:
+            path.unlink(missing_ok=True)
         save_png(grid(sheet, ncol=columns, pad=0), out if args.outdir is None else out / "grid.png")
         if args.outdir is not None:
             keys = [(c, c) for c in args.mix_cols] + [(r, c) for r in args.mix_rows for c in [r, *args.mix_cols]]
@@ -206,11 +211,27 @@ def _sample(args: argparse.Namespace) -> None:
             # classes (found from outside: a classifier trained on them, CAS, had no way to its labels); --seeds'
             # named as ADA's generate.py names them, in the folder itself.
             folders = class_folders(G.class_names, G.n_classes) if y is not None and not args.seeds else None
+            for path in stale:  # (--overwrite: the earlier draw's, once this one is made)
+                path.unlink(missing_ok=True)
             for i, image in enumerate(images):
                 name = f"seed{args.seeds[i]:04d}.png" if args.seeds else f"{i:05d}.png"
                 folder = out if folders is None else out / folders[y[i]]
                 save_png(grid(image[None], ncol=1, pad=0), folder / name)
     print(out)
+
+
+def earlier_draw(outdir: str | None, overwrite: bool) -> list[Path]:
+    """The PNGs in --outdir (and its class folders) of an earlier draw, which a new one would mix with (found from
+    outside: a draw of 20 into a folder of 1,000 left 1,000 files, prepare reading both): refused, or with
+    `overwrite` returned to be removed."""
+    folder = Path(outdir) if outdir is not None else None
+    pngs = sorted([*folder.glob("*.png"), *folder.glob("*/*.png")]) if folder is not None and folder.is_dir() else []
+    if pngs and not overwrite:
+        raise BigbatchError(
+            f"--outdir {outdir} holds {len(pngs):,} PNGs of an earlier draw, which this one would mix with: give an "
+            "empty or new folder, or --overwrite to replace them"
+        )
+    return pngs
 
 
 def class_folders(names: list[str] | None, n_classes: int) -> list[str]:
@@ -331,6 +352,9 @@ def add_sample_command(sub: Any) -> None:
         "--outdir",
         help="a PNG an image in this folder, as ADA's generate.py --outdir: seed0085.png of --seeds, else 00000.png; "
         "a conditional G's in a folder of each class (StudioGAN's layout, which `bigbatch prepare` reads as classes)",
+    )
+    s.add_argument(
+        "--overwrite", action="store_true", help="--outdir: replace the PNGs an earlier draw left there (else refused)"
     )
     s.add_argument(
         "--mix-rows",

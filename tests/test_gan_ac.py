@@ -80,6 +80,12 @@ def test_where_it_cannot_be_it_is_one_line(extra, said, capsys):
     assert said in capsys.readouterr().err
 
 
+def test_an_auxiliary_classifier_of_no_weight_is_said(capsys, monkeypatch):
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    assert main(["train", *SMALL, "model.options.d_cond=AC", "train.cond_lambda=0", "--dry-run"]) == 0
+    assert "neither G nor D learns from the class" in capsys.readouterr().err
+
+
 def test_every_family_with_a_projection_d_offers_it():
     for family in ("biggan", "biggan_deep", "sagan", "sngan", "dcgan"):
         G, D = bigbatch.models.create(family, resolution=32, n_classes=7, ch=8, dim_z=16, d_cond="AC")

@@ -25,6 +25,10 @@ def test_a_conditional_gs_images_go_to_a_folder_of_each_class_which_prepare_read
     assert main(["prepare", str(fake), "fake.h5", "--resolution", "16"]) == 0
     data = load_data("fake.h5", 16)
     assert data.class_names == sorted(folders) and len(data) == 30
+    # A second draw into it would mix with the first (found from outside): refused, or with --overwrite replaces it.
+    again = ["sample", str(one_process_run), "--n", "5", "--seed", "4", "--outdir", str(fake)]
+    assert main(again) == 2 and len(list(fake.glob("*/*.png"))) == 30
+    assert main([*again, "--overwrite"]) == 0 and len(list(fake.glob("*/*.png"))) == 5
 
 
 def test_classes_are_names_first_and_an_index_where_no_class_has_its_name_is_said(capsys, monkeypatch):

@@ -110,3 +110,11 @@ def check(t: Any) -> None:
         t._fail("mixup_switch_prob", "picks CutMix over mixup for a pair: it is read with both train.mixup and cutmix")
     if t.bce_threshold and not t.bce_loss:
         t._fail("bce_threshold", "is the binary cross-entropy's (train.bce_loss = true), which is off")
+    if t.bce_threshold >= 1 - t.label_smoothing:  # (found from outside: every target 0, a run that learns nothing)
+        t._fail(
+            "bce_threshold",
+            f"must be below an image's own class's target, 1 - train.label_smoothing = {1 - t.label_smoothing:g} "
+            f"(at or above it every target is 0), got {t.bce_threshold:g}",
+        )
+    if (t.mixup or t.cutmix) and t.mixup_prob == 0:  # (found from outside: mixing asked for, none done)
+        t._fail("mixup_prob", "is 0: no pair is mixed; turn mixing off with train.mixup = 0 and train.cutmix = 0")

@@ -260,6 +260,9 @@ def _warn_past_the_end(cfg: Config) -> None:
             f"train.warmup_kimg {t.warmup_kimg:g} is not shorter than the run (train.kimg {kimg:g}): the learning "
             "rate never leaves its warm-up; shorten the warm-up with the run (e.g. train.warmup_kimg=0)"
         )
+    if (t.mixup or t.cutmix) and t.mixup_off_kimg >= kimg:  # (found from outside: unsaid)
+        warn(f"train.mixup_off_kimg {t.mixup_off_kimg:g} lies at or past the run's end (train.kimg {kimg:g}): mixing "
+             "never stops")  # fmt: skip
 
 
 class ClassifyTask:
