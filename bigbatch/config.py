@@ -142,10 +142,14 @@ class TrainConfig(Section):
     Lipschitz bound, train.gp or spectral norm); or "rpgan" (relativistic pairing, R3GAN's: softplus(D(fake) -
     D(real)) of each fake image and the real one beside it, and for G softplus(D(real) - D(fake)) on the last D
     step's real images)."""
-    lr_decay: Literal["none", "linear", "cosine", "step"] = "none"
+    lr_decay: Literal["none", "linear", "cosine", "step", "plateau"] = "none"
     """Learning-rate schedule over the run (after train.warmup_kimg): constant, "linear" to 0 at
     train.kimg (SN-GAN), and for classifiers also "cosine" to 0 (Loshchilov & Hutter; both to train.lr_min, ending
-    train.cooldown_kimg before the end) or "step" (times train.lr_gamma at each of train.lr_steps)."""
+    train.cooldown_kimg before the end), "step" (times train.lr_gamma at each of train.lr_steps) or "plateau" (times
+    train.lr_gamma where the score has not improved for more than train.plateau_patience evaluations)."""
+    plateau_patience: int = 10
+    """classify, train.lr_decay "plateau": evaluations without a better score that the rate waits through (timm's
+    --patience-epochs, 10)."""
     optimizer: Literal["sgd", "adamw", "lars", "lamb"] = "sgd"
     """classify: SGD with momentum (train.momentum, train.nesterov), AdamW (train.betas), or the large-batch LARS
     (SGD's keys, train.trust_coeff) or LAMB (AdamW's), as timm's."""
@@ -343,7 +347,7 @@ class TrainConfig(Section):
             self._fail("random_erase", f"is a probability, in [0, 1], got {self.random_erase}")
         if not (math.isfinite(self.body_lr_mult) and self.body_lr_mult > 0):
             self._fail("body_lr_mult", f"must be a factor > 0, got {self.body_lr_mult}")
-        at_least_zero(self, lr_batch="a batch >= 0 (0: rates as written)")
+        at_least_zero(self, lr_batch="a batch >= 0 (0: rates as written)", plateau_patience="evaluations >= 0")
         for name in ("momentum", "label_smoothing"):
             if not 0 <= getattr(self, name) < 1:
                 self._fail(name, f"must be in [0, 1), got {getattr(self, name)}")

@@ -25,7 +25,7 @@ def test_a_warm_up_from_its_rate_a_decay_to_its_floor_and_a_cool_down_held_there
 @pytest.mark.parametrize(
     "over, said",
     [
-        ({"train.lr_min": 0.01}, 'config key \'train.lr_min\' is read by train.lr_decay "linear" or "cosine", not'),
+        ({"train.lr_min": 0.01}, 'config key \'train.lr_min\' is read by train.lr_decay "linear", "cosine" or "plat'),
         ({"train.lr_decay": "cosine", "train.lr_min": 0.5}, "'train.lr_min' must be below train.lr (0.2), got 0.5"),
         ({"train.warmup_lr": 0.01}, "'train.warmup_lr' is the rate a warm-up starts at, and there is none"),
         ({"train.lr_decay": "linear", "train.cooldown_kimg": 0.6}, "and train.warmup_kimg leave nothing of the run's"),

@@ -102,8 +102,14 @@ def check(cfg: Config) -> None:
             )
     if t.lr_decay == "step" and not t.lr_steps:
         t._fail("lr_steps", 'must list kimg when train.lr_decay = "step"')
-    if t.lr_decay not in ("linear", "cosine") and (given := t.changed("lr_min", "cooldown_kimg")):
-        t._fail(given[0].removeprefix("train."), f'is read by train.lr_decay "linear" or "cosine", not "{t.lr_decay}"')
+    if t.lr_decay not in ("linear", "cosine", "plateau") and t.changed("lr_min"):
+        t._fail("lr_min", f'is read by train.lr_decay "linear", "cosine" or "plateau", not "{t.lr_decay}"')
+    if t.lr_decay not in ("linear", "cosine") and t.changed("cooldown_kimg"):
+        t._fail("cooldown_kimg", f'is read by train.lr_decay "linear" or "cosine", not "{t.lr_decay}"')
+    if t.lr_decay != "plateau" and t.changed("plateau_patience"):
+        t._fail("plateau_patience", f'is read by train.lr_decay "plateau", not "{t.lr_decay}"')
+    if t.lr_decay == "plateau" and not cfg.eval.every_kimg:  # (the scores it follows)
+        t._fail("lr_decay", '"plateau" follows the held-out scores, and nothing is scored (eval.every_kimg is 0)')
     if t.warmup_lr and not t.warmup_kimg:
         t._fail("warmup_lr", "is the rate a warm-up starts at, and there is none (train.warmup_kimg 0)")
     for name in ("warmup_lr", "lr_min"):

@@ -35,11 +35,11 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.models import contract
 from bigbatch.models.registry import is_own
 from bigbatch.sampling import BLACK, GREEN, RED, captioned_sheet, from_uint8, to_uint8
-from bigbatch.tasks.best import Best
 from bigbatch.tasks.classify import erasing, mixing, optim, randaugment
 from bigbatch.tasks.classify.finetune import body_and_head, load_pretrained
 from bigbatch.tasks.classify.lr import batch_scale, lr_schedule
 from bigbatch.tasks.classify.lr import check as check_rates
+from bigbatch.tasks.classify.scorer import ClassifyScorer, Plateau
 from bigbatch.tasks.classify.validation import (
     METRICS,
     ROTATIONS,
@@ -47,7 +47,6 @@ from bigbatch.tasks.classify.validation import (
     check_classes,
     rotate,
     rotation_labels,
-    scores_top5,
     warn_upscaled,
 )
 from bigbatch.tasks.interface import BATCH_SHEET, Feed, check_family, peek, refuse_face_sets, refuse_sections, register
@@ -171,7 +170,7 @@ def warn_unread(cfg: Config) -> None:
     unread = t.changed(*PHASES_REPLACE) if by_phase else []
     if unread:
         warn(f"config key '{unread[0]}' is not read: data.schedule's phases give the learning rates", once=True)
-    elif t.lr_decay != "step" and (steps := t.changed("lr_steps", "lr_gamma")):
+    elif t.lr_decay != "step" and (steps := t.changed("lr_steps", *(() if t.lr_decay == "plateau" else ("lr_gamma",)))):
         warn(f'config key \'{steps[0]}\' is not read by train.lr_decay = "{t.lr_decay}" (only by "step")', once=True)
     if t.optimizer == "sgd" and t.nesterov and not t.momentum:  # (torch's SGD refuses it: turned off here)
         warn("train.nesterov needs train.momentum > 0, which is 0: plain SGD without momentum is trained", once=True)
@@ -286,7 +285,8 @@ class ClassifyTask:
         if cfg.train.labels == "rotation":  # (found from outside: it named eval, which scores class labels only)
             self.usage = "Fine-tune it on your classes: bigbatch train ... train.init_from={run}"
         self.schedule = schedule_of(cfg)
-        self.lr = lr_schedule(cfg)
+        self.plateau = Plateau(cfg) if cfg.train.lr_decay == "plateau" else None  # (its factor follows the scores)
+        self.lr = lr_schedule(cfg) if self.plateau is None else self.plateau.rates(lr_schedule(cfg))
         self.rotation = cfg.train.labels == "rotation"
         self.randaugment = randaugment.parse(cfg.train.randaugment) if cfg.train.randaugment else None
         self.class_names = ROTATIONS if self.rotation else data.class_names
@@ -481,11 +481,13 @@ class ClassifyTask:
         return {"model": self.plain(), **({"model_ema": self.ema} if self.ema is not None else {})}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "opt": self.opt.state_dict()}
+        return {"steps": self.steps, "opt": self.opt.state_dict(), **({} if not self.plateau else self.plateau.state())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         prec.load_optimizer(self.opt, state["opt"])
         self.steps = int(state["steps"])
+        if self.plateau is not None:
+            self.plateau.load(state)
 
     def lengthened(self, was_kimg: float, nimg: int) -> str:
         """What a resume's longer train.kimg does to the rate at `nimg` ("" where nothing): a decay runs to the end."""
@@ -493,7 +495,7 @@ class ClassifyTask:
             before = lr_schedule(self.cfg.override({"train.kimg": was_kimg}))(nimg)
         except BigbatchError:  # (a schedule the shorter length could not hold)
             return ""
-        now = self.lr(nimg)
+        now = lr_schedule(self.cfg)(nimg)  # (the schedule's alone: not a plateau's factor)
         if math.isclose(now, before, rel_tol=1e-9):
             return ""
         return f" (its learning rate's schedule with it: {now:.3g} from here, where the shorter run had {before:.3g})"
@@ -546,50 +548,3 @@ def prediction_sheet(rows: list[tuple[torch.Tensor, int]], preds: list[int], cla
         caption = [(name(pred), GREEN)] if right else [(name(pred), RED), (f"true {name(label)}", BLACK)]
         cells.append((img, caption))
     return captioned_sheet(cells)
-
-
-class ClassifyScorer:
-    """eval.every_kimg: the held-out split scored (val_top1, val_top5, val_loss) at eval.resolution, else the
-    phase's; the best val_top1 (or eval.best) keeps RUN/checkpoints/best/."""
-
-    def __init__(self, task: ClassifyTask, run: Path, resumed_at: int | None, quiet: bool):
-        cfg, rep = task.cfg, task.rep
-        self.task = task
-        self.validation = Validation(
-            task.val_data,
-            task.scored_at,
-            cfg.eval.batch_size,
-            cfg.data.val_crop,
-            cfg.data.val_rect,
-            rep.precision,
-            rep.device,
-            rep.rank,
-            rep.world_size,
-            rotation=task.rotation,
-        )
-        metric = cfg.eval.best or "val_top1"
-        if metric == "val_top5" and not scores_top5(self.validation.classes):
-            raise BigbatchError(
-                f"eval.best = 'val_top5' is 100 at every evaluation of {self.validation.classes} classes (top-5 "
-                "of 5 or fewer classes is not scored): give eval.best = 'val_top1' or 'val_loss'"
-            )
-        settings = {
-            "metric": metric,
-            "data": task.val_data.content_hash,
-            "crop": cfg.data.val_crop,
-            "rect": cfg.data.val_rect,
-            **({"resolution": cfg.eval.resolution} if cfg.eval.resolution else {}),
-        }
-        self.tracker = Best(metric, metric != "val_loss", settings, run, resumed_at, quiet)
-
-    def __call__(self) -> dict[str, float]:
-        if self.task.cfg.eval.standing_stats:
-            self.task.standing_stats(self.task.cfg.eval.standing_stats)
-        # (the side it scored at, beside the scores: found from outside, a phase's side unsaid in its rows)
-        return {**self.validation(self.task.evaluated()), "eval_resolution": self.task.scored_at()}
-
-    def improved(self, scores: dict[str, float]) -> bool:
-        return self.tracker.improved(scores)
-
-    def best_record(self) -> dict[str, Any]:
-        return self.tracker.record()

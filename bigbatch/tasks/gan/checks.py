@@ -25,6 +25,7 @@ CLASSIFY_KEYS = (
     "weight_decay", "norm_decay", "label_smoothing", "crop_scale", "labels", "freeze_kimg", "body_lr_mult",
     "train_bn", "model_ema_kimg", "mixup", "cutmix", "randaugment", "random_erase", "warmup_lr", "lr_min",
     "cooldown_kimg", "mixup_prob", "mixup_switch_prob", "mixup_off_kimg", "bce_loss", "bce_threshold", "trust_coeff",
+    "plateau_patience",
 )  # fmt: skip
 
 
