@@ -15,18 +15,25 @@ SMALL = ["data.resolution=16", "model.ch=8", "model.dim_z=16", "train.batch=16",
 AC = [*SMALL, "model.options.d_cond=AC", "train.cond_lambda=0.5", "checkpoint.every_kimg=0.032"]
 
 
-def test_d_and_g_add_the_classifiers_cross_entropy_on_the_reals_and_on_the_fakes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("d_cond", ["AC", "ADC"])
+def test_d_and_g_add_the_classifiers_cross_entropy_on_the_reals_and_on_the_fakes(tmp_path, monkeypatch, d_cond):
+    # ADC (ADCGAN, StudioGAN's aux_cls_type "ADC"): 2 x 10 classes, a real image's class c is 2c and a fake's 2c + 1;
+    # D learns both, G its fakes' 2c and away from 2c + 1.
     from bigbatch.tasks.gan.task import GANTask
 
     seen = {"D": [], "G": []}
     d_loss, g_loss = GANTask.d_loss, GANTask.g_loss
+    adc = d_cond == "ADC"
 
     def d_looked(self, micro):
         out = d_loss(self, micro)
-        images, labels = micro[0], micro[1]
+        images, labels, z, y_fake = micro[:4]
         with torch.no_grad():  # (D's weights as the loss saw them: the step applies after every micro-batch)
             logits = self.D(from_uint8(images.to(self.rep.device)), labels).float()
-        seen["D"].append((out, F.cross_entropy(logits[:, 1:], labels), logits.shape))
+            faked = self.D(self._fake(z, y_fake), y_fake).float()
+        want = {"ac_real": F.cross_entropy(logits[:, 1:], 2 * labels if adc else labels)}
+        want |= {"adc_fake": F.cross_entropy(faked[:, 1:], 2 * y_fake + 1)} if adc else {}
+        seen["D"].append((out, want, logits.shape))
         return out
 
     def g_looked(self, micro):
@@ -34,19 +41,23 @@ def test_d_and_g_add_the_classifiers_cross_entropy_on_the_reals_and_on_the_fakes
         z, y = micro[0], micro[1]
         with torch.no_grad():
             logits = self.D(self._fake(z, y), y).float()
-        seen["G"].append((out, F.cross_entropy(logits[:, 1:], y), logits.shape))
+        want = F.cross_entropy(logits[:, 1:], 2 * y if adc else y)
+        want = want - F.cross_entropy(logits[:, 1:], 2 * y + 1) if adc else want
+        seen["G"].append((out, {"ac_fake": want}, logits.shape))
         return out
 
     monkeypatch.setattr(GANTask, "d_loss", d_looked)
     monkeypatch.setattr(GANTask, "g_loss", g_looked)
-    assert main(["train", *AC, "train.kimg=0.032", "--run-dir", str(tmp_path / "r")]) == 0
-    for net, key, adversarial in (("D", "ac_real", "loss_D"), ("G", "ac_fake", "loss_G")):
-        for out, classified, shape in seen[net]:
-            assert shape == (16, 11)  # the logit, then digits' 10 classes
-            torch.testing.assert_close(out[key], classified, rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(out["loss"].detach(), out[adversarial] + 0.5 * out[key])
+    argv = [*AC, f"model.options.d_cond={d_cond}", "train.kimg=0.032", "--run-dir", str(tmp_path / "r")]
+    assert main(["train", *argv]) == 0
+    for net, adversarial in (("D", "loss_D"), ("G", "loss_G")):
+        for out, want, shape in seen[net]:
+            assert shape == (16, 1 + (20 if adc else 10))  # the logit, then digits' 10 classes (ADC: twice)
+            for key, value in want.items():
+                torch.testing.assert_close(out[key], value, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(out["loss"].detach(), out[adversarial] + 0.5 * sum(want.values()))
     rows = (tmp_path / "r" / "metrics.jsonl").read_text()
-    assert '"ac_real"' in rows and '"ac_fake"' in rows
+    assert '"ac_real"' in rows and '"ac_fake"' in rows and ('"adc_fake"' in rows) == adc
 
 
 def test_an_ac_run_resumes_bit_exact_and_a_projection_run_fine_tunes_into_one(tmp_path, capsys):
@@ -71,7 +82,7 @@ def test_an_ac_run_resumes_bit_exact_and_a_projection_run_fine_tunes_into_one(tm
     "extra, said",
     [
         (["model.name=stylegan2", 'model.options={d_cond="AC"}'], "'stylegan2' has no option 'd_cond'"),
-        (["model.options.d_cond=AC", "model.conditional=false"], 'd_cond = "AC" classifies the images by class'),
+        (["model.options.d_cond=AC", "model.conditional=false"], "d_cond = 'AC' classifies the images by class"),
         (["train.cond_lambda=0.5"], "'train.cond_lambda' weighs an auxiliary classifier's loss"),
     ],
 )
@@ -91,3 +102,6 @@ def test_every_family_with_a_projection_d_offers_it():
         G, D = bigbatch.models.create(family, resolution=32, n_classes=7, ch=8, dim_z=16, d_cond="AC")
         assert D(torch.randn(3, 3, 32, 32), torch.tensor([0, 3, 6])).shape == (3, 8), family
         assert D.embed is None  # (no projection beside it: StudioGAN's AC)
+    G, D = bigbatch.models.create("biggan", resolution=32, n_classes=7, ch=8, dim_z=16, d_cond="AC")
+    with pytest.raises(bigbatch.BigbatchError, match="has no BigGAN-PyTorch layout"):  # (its Ds project the class)
+        bigbatch.models.convert.to_reference(D)

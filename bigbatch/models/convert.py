@@ -82,6 +82,10 @@ def _check_family(net: nn.Module) -> None:
             f"BigGAN-PyTorch weights convert only into the families {', '.join(FAMILIES)}; got "
             f"{getattr(net, 'reference_family', None) or type(net).__name__}"
         )
+    if getattr(net, "classify", None) is not None:  # (model.options.d_cond "AC": found by review)
+        raise BigbatchError(
+            'a D with an auxiliary classifier (d_cond "AC") has no BigGAN-PyTorch layout: its Ds project the class'
+        )
 
 
 def _joined(net: nn.Module) -> list[str]:

@@ -213,18 +213,19 @@ def embed(y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.embedding(y, weight)
 
 
-D_CONDS = ("PD", "AC")  # StudioGAN's d_cond_mtd names of the ways a D here reads the class
+D_CONDS = ("PD", "AC", "ADC")  # StudioGAN's names of the ways a D here reads the class (d_cond_mtd; ADC: aux_cls_type)
 
 
 def check_d_cond(family: str, d_cond: str, n_classes: int) -> None:
     """Refuse a d_cond option (class_heads) that is not one of D_CONDS, or "AC" for a G and D without classes."""
     if d_cond not in D_CONDS:
         raise BigbatchError(
-            f'{family} option d_cond must be "PD" (projection) or "AC" (an auxiliary classifier, ACGAN), got {d_cond!r}'
+            f'{family} option d_cond must be "PD" (projection), "AC" (an auxiliary classifier, ACGAN) or "ADC" (an '
+            f"auxiliary discriminative classifier, ADCGAN), got {d_cond!r}"
         )
-    if d_cond == "AC" and not n_classes:
+    if d_cond != "PD" and not n_classes:
         raise BigbatchError(
-            f'{family} option d_cond = "AC" classifies the images by class, and this G and D have none (an '
+            f"{family} option d_cond = {d_cond!r} classifies the images by class, and this G and D have none (an "
             "unconditional run: model.conditional = false, or data without classes)"
         )
 
@@ -233,14 +234,16 @@ def class_heads(d_cond: str, n_classes: int, width: int, **sn: Any) -> tuple[nn.
     """A conditional D's way of reading the class from its pooled features (`width` wide), as StudioGAN's d_cond_mtd
     (checked by check_d_cond): "PD", the projection (Miyato & Koyama 2018: an embedding of the class, whose product with
     the features joins the logit), or "AC", an auxiliary classifier (Odena et al. 2017, ACGAN: a bias-free linear map of
-    the features to the classes' logits, put out beside the logit: `with_classes`). Returns (embedding, classifier),
-    neither without classes."""
+    the features to the classes' logits, put out beside the logit: `with_classes`), or "ADC", one of twice the classes,
+    a real image's class c and a generated one's c + 1/2 apart (Hou et al. 2022, ADCGAN; `discriminative`). Returns
+    (embedding, classifier), neither without classes."""
     if not n_classes:
         return None, None
     if d_cond == "PD":
         return embedding(n_classes, width, **sn), None
-    head = linear(width, n_classes, bias=False, **sn)
+    head = linear(width, n_classes * (2 if d_cond == "ADC" else 1), bias=False, **sn)
     head.holds_classes = True  # (a fine-tune onto another number of classes starts it anew, as an embedding)
+    head.discriminative = d_cond == "ADC"  # (its logits of class c: 2c for real images, 2c + 1 for generated ones)
     return None, head
 
 

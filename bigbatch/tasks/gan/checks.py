@@ -55,11 +55,12 @@ def check_config(cfg: Config) -> None:
         models.registry.check_options(m.name, m.options)
     except BigbatchError as e:
         raise BigbatchError(f"config key 'model.options': {e}") from None
-    if cfg.train.changed("cond_lambda") and m.options.get("d_cond", "PD") != "AC":  # (read by an auxiliary classifier)
+    classifier = m.options.get("d_cond", "PD") in ("AC", "ADC")
+    if cfg.train.changed("cond_lambda") and not classifier:  # (read by an auxiliary classifier)
         cfg.train._fail("cond_lambda", 'weighs an auxiliary classifier\'s loss: give model.options.d_cond = "AC"')
-    if m.options.get("d_cond") == "AC" and cfg.train.cond_lambda == 0:  # (found from outside: unsaid)
-        warn('train.cond_lambda = 0 with model.options.d_cond = "AC": neither G nor D learns from the class (D has no '
-             "projection beside its classifier)", once=True)  # fmt: skip
+    if classifier and cfg.train.cond_lambda == 0:  # (found from outside: unsaid)
+        warn(f"train.cond_lambda = 0 with model.options.d_cond = {m.options['d_cond']!r}: neither G nor D learns from "
+             "the class (D has no projection beside its classifier)", once=True)  # fmt: skip
     for i, phase in enumerate(schedule_of(cfg).phases):
         if phase.lr is not None:
             raise BigbatchError(

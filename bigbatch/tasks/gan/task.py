@@ -183,6 +183,7 @@ class GANTask:
         # An auxiliary classifier in D (model.options.d_cond "AC"): its logits beside each image's, trained on the real
         # images' classes in D's step and on the fakes' in G's, at train.cond_lambda (StudioGAN's ACGAN)
         self._classify = getattr(getattr(self.plain("D"), "classify", None), "holds_classes", False)  # (layers.py's)
+        self._adc = self._classify and self.plain("D").classify.discriminative  # (ADCGAN's: fakes as classes too)
 
     @property
     def steps(self) -> int:
@@ -345,9 +346,12 @@ class GANTask:
             out[name] = penalty.detach()  # (unweighted, as r1_penalty)
         # (logged: the adversarial loss, as ADA's Loss/D/loss and BigGAN-PyTorch's D_loss; R1, LeCam, CR and the
         # orthogonal regularization apart: found from outside, ortho's in loss_D)
-        if self._classify:  # (unweighted, as r1_penalty)
-            classified = F.cross_entropy(outs[0][:, 1:], y_real)
-            out["loss"], out["ac_real"] = out["loss"] + self.cfg.train.cond_lambda * classified, classified.detach()
+        # The classifier's cross-entropy (unweighted, as r1_penalty): of the reals' classes; ADC's of twice the classes,
+        # class c 2c of a real image and 2c + 1 of a fake, of the fakes' too.
+        classes = [("ac_real", outs[0], y_real)] if self._classify else []
+        for name, judged, y in classes + ([("adc_fake", outs[1], y_fake)] if self._adc else []):
+            classified = F.cross_entropy(judged[:, 1:], 2 * y + (name == "adc_fake") if self._adc else y)
+            out["loss"], out[name] = out["loss"] + self.cfg.train.cond_lambda * classified, classified.detach()
         if torch.is_tensor(ortho) or self._penalized or lecam is not None or extra or self._classify:
             out["loss_D"] = adversarial.detach()
         if gp is not None:  # (unweighted, as r1_penalty)
@@ -429,8 +433,9 @@ class GANTask:
         ortho = self._ortho(self.G, self.cfg.train.g_ortho)
         loss = adversarial + ortho
         apart = {"ortho_G": ortho.detach()} if torch.is_tensor(ortho) else {}
-        if self._classify:  # (unweighted, as r1_penalty)
-            classified = F.cross_entropy(judged[:, 1:], y)
+        if self._classify:  # (unweighted, as r1_penalty; ADC's: G's fakes toward their real class, from their own)
+            classified = F.cross_entropy(judged[:, 1:], y * (2 if self._adc else 1))
+            classified = classified - F.cross_entropy(judged[:, 1:], 2 * y + 1) if self._adc else classified
             loss, apart["ac_fake"] = loss + self.cfg.train.cond_lambda * classified, classified.detach()
         if distance is not None:
             loss = loss - self.consistency.g * distance
