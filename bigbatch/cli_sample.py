@@ -220,16 +220,24 @@ def _sample(args: argparse.Namespace) -> None:
     print(out)
 
 
+DRAWN = re.compile(r"\d{5}\.png|seed\d{4,}\.png|grid\.png|\d+-\d+\.png")  # the names --outdir gives its images
+
+
 def earlier_draw(outdir: str | None, overwrite: bool) -> list[Path]:
-    """The PNGs in --outdir (and its class folders) of an earlier draw, which a new one would mix with (found from
-    outside: a draw of 20 into a folder of 1,000 left 1,000 files, prepare reading both): refused, or with
-    `overwrite` returned to be removed."""
+    """The PNGs in --outdir (and in its class folders) of an earlier draw, which a new one would mix with (found from
+    outside: a draw of 20 into a folder of 1,000 left 1,000 files, prepare reading both): refused, or with `overwrite`
+    returned to be removed; PNGs of other names (a user's own) refused either way, never removed."""
     folder = Path(outdir) if outdir is not None else None
-    pngs = sorted([*folder.glob("*.png"), *folder.glob("*/*.png")]) if folder is not None and folder.is_dir() else []
-    if pngs and not overwrite:
+    if folder is None or not folder.is_dir():
+        return []
+    inside = [f for f in folder.iterdir() if f.is_dir() and not f.is_symlink()]
+    pngs = sorted([*folder.glob("*.png"), *(p for f in inside for p in f.glob("*.png"))])
+    theirs = [p for p in pngs if not DRAWN.fullmatch(p.name) or (p.parent != folder and not p.name[0].isdigit())]
+    if theirs or (pngs and not overwrite):
+        what = f"{len(theirs):,} PNGs of other names than a draw's ({theirs[0]}, ...)" if theirs else None
         raise BigbatchError(
-            f"--outdir {outdir} holds {len(pngs):,} PNGs of an earlier draw, which this one would mix with: give an "
-            "empty or new folder, or --overwrite to replace them"
+            f"--outdir {outdir} holds {what or f'{len(pngs):,} PNGs of an earlier draw'}, which this one would mix "
+            f"with: give an empty or new folder{'' if theirs else ', or --overwrite to replace them'}"
         )
     return pngs
 

@@ -168,14 +168,15 @@ class TrainConfig(Section):
     warmup_lr: float = 0.0
     """classify: the rate the warm-up starts at (timm's --warmup-lr), scaled as train.lr; 0: from a step's share."""
     lr_min: float = 0.0
-    """classify, train.lr_decay "linear" or "cosine": the rate it decays to (timm's --min-lr), scaled as train.lr."""
+    """classify, train.lr_decay "linear", "cosine" or "plateau": the rate it decays to (timm's --min-lr), scaled as
+    train.lr."""
     cooldown_kimg: float = 0.0
     """classify, train.lr_decay "linear" or "cosine": the last kimg of train.kimg held at train.lr_min (timm's
     --cooldown-epochs, which timm adds after --epochs: its run is train.kimg = epochs + cooldown epochs)."""
     lr_steps: list[float] = field(default_factory=list)
     """classify, train.lr_decay="step": the kimg at which the learning rate is multiplied by train.lr_gamma."""
     lr_gamma: float = 0.1
-    """classify, train.lr_decay="step": the factor at each of train.lr_steps."""
+    """classify, train.lr_decay "step": the factor at each of train.lr_steps; "plateau": at each plateau."""
     momentum: float = 0.9
     """classify, SGD: momentum."""
     nesterov: bool = True

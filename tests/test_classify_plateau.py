@@ -28,6 +28,12 @@ def test_the_factor_falls_where_pytorchs_reduce_lr_on_plateau_lowers_the_rate(me
         theirs.step(value)
         assert rate(0) == pytest.approx(opt.param_groups[0]["lr"]), (value, rate(0))
     assert rate(0) == pytest.approx(0.05)  # (down to train.lr_min, three halvings, and no lower)
+    # After a warm-up, the scores after it alone, as timm's (its epoch <= warmup_t passed over); one not finite is
+    # never the best.
+    warm = Plateau(tiny(**{**over, "train.warmup_kimg": 0.5, "train.plateau_patience": 0}))
+    for nimg, value in ((100, 90.0), (500, 80.0), (600, float("nan")), (700, 70.0)):
+        warm.observe({"val_top1": value}, nimg)
+    assert (warm.best, warm.factor) == (70.0, 0.5)  # (nan: one bad evaluation, patience 0: halved)
 
 
 def test_a_run_follows_its_scores_and_resumes_where_it_had_come_to(tmp_path):

@@ -74,7 +74,7 @@ def test_an_ac_run_resumes_bit_exact_and_a_projection_run_fine_tunes_into_one(tm
     argv = [*SMALL, "train.kimg=0.032", "--init-from", str(tmp_path / "projection")]
     assert main(["train", *SMALL, "train.kimg=0.032", "--run-dir", str(tmp_path / "projection")]) == 0
     assert main(["train", *argv, "model.options.d_cond=AC", "--run-dir", str(tmp_path / "tuned")]) == 0
-    said = "re-initialised for this data set's classes (or a class head the pretrained run had not): D's classify.sn_u"
+    said = "re-initialised for this run's class head, another than the pretrained run's: D's classify.sn_u"
     assert said in capsys.readouterr().err
 
 

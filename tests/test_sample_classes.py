@@ -29,6 +29,9 @@ def test_a_conditional_gs_images_go_to_a_folder_of_each_class_which_prepare_read
     again = ["sample", str(one_process_run), "--n", "5", "--seed", "4", "--outdir", str(fake)]
     assert main(again) == 2 and len(list(fake.glob("*/*.png"))) == 30
     assert main([*again, "--overwrite"]) == 0 and len(list(fake.glob("*/*.png"))) == 5
+    # A PNG of another name than a draw's (a user's own) is refused either way, and never removed (found by review).
+    Image.fromarray(drawn["arr_0"][0]).save(fake / "mine.png")
+    assert main([*again, "--overwrite"]) == 2 and (fake / "mine.png").exists()
 
 
 def test_classes_are_names_first_and_an_index_where_no_class_has_its_name_is_said(capsys, monkeypatch):

@@ -84,7 +84,7 @@ def _check_family(net: nn.Module) -> None:
         )
     if getattr(net, "classify", None) is not None:  # (model.options.d_cond "AC": found by review)
         raise BigbatchError(
-            'a D with an auxiliary classifier (d_cond "AC") has no BigGAN-PyTorch layout: its Ds project the class'
+            'a D with an auxiliary classifier (d_cond "AC" or "ADC") has no BigGAN-PyTorch layout: its Ds project'
         )
 
 

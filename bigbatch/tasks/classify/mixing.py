@@ -110,11 +110,20 @@ def check(t: Any) -> None:
         t._fail("mixup_switch_prob", "picks CutMix over mixup for a pair: it is read with both train.mixup and cutmix")
     if t.bce_threshold and not t.bce_loss:
         t._fail("bce_threshold", "is the binary cross-entropy's (train.bce_loss = true), which is off")
-    if t.bce_threshold >= 1 - t.label_smoothing:  # (found from outside: every target 0, a run that learns nothing)
-        t._fail(
-            "bce_threshold",
-            f"must be below an image's own class's target, 1 - train.label_smoothing = {1 - t.label_smoothing:g} "
-            f"(at or above it every target is 0), got {t.bce_threshold:g}",
-        )
     if (t.mixup or t.cutmix) and t.mixup_prob == 0:  # (found from outside: mixing asked for, none done)
         t._fail("mixup_prob", "is 0: no pair is mixed; turn mixing off with train.mixup = 0 and train.cutmix = 0")
+
+
+def check_threshold(t: Any, classes: int) -> None:
+    """train.bce_threshold between a smoothed target's two values for `classes` classes: at or above an image's own
+    class's, 1 - smoothing + smoothing / classes, every target is 0 (found from outside: a run that learned nothing);
+    at or below the others', smoothing / classes, every one is 1."""
+    if not t.bce_threshold:
+        return
+    own, other = 1 - t.label_smoothing + t.label_smoothing / classes, t.label_smoothing / classes
+    if not other < t.bce_threshold < own:
+        t._fail(
+            "bce_threshold",
+            f"must lie between a smoothed target's values for {classes} classes, {other:g} and {own:g} (outside them "
+            f"every target is {0 if t.bce_threshold >= own else 1}), got {t.bce_threshold:g}",
+        )

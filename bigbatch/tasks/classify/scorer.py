@@ -3,6 +3,7 @@ keep, and train.lr_decay = "plateau", the rate that follows them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,13 @@ class Plateau:
         return lambda nimg: schedule(nimg) * (1.0 if nimg < self.warmup * 1000 else max(self.factor, self.floor))
 
     def observe(self, scores: dict[str, float], nimg: int) -> None:
-        """An evaluation's `scores` at `nimg` images (after the warm-up: none before, as timm's)."""
-        if nimg < self.warmup * 1000 or self.metric not in scores:
+        """An evaluation's `scores` at `nimg` images (after the warm-up: none before or at its end, as timm's)."""
+        if (self.warmup and nimg <= self.warmup * 1000) or self.metric not in scores:  # (timm's epoch <= warmup_t)
             return
         value = scores[self.metric]
-        better = self.best is None or (
-            value > self.best * (1 + PLATEAU_THRESHOLD) if self.higher else value < self.best * (1 - PLATEAU_THRESHOLD)
+        t = PLATEAU_THRESHOLD  # (a score that is not finite: never the best, as PyTorch's)
+        better = math.isfinite(value) and (
+            self.best is None or (value > self.best * (1 + t) if self.higher else value < self.best * (1 - t))
         )
         self.best, self.bad = (value, 0) if better else (self.best, self.bad + 1)
         if self.bad > self.patience:

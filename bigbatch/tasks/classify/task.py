@@ -209,6 +209,7 @@ def build(
         )
     t, m = cfg.train, cfg.model
     n_classes = len(ROTATIONS) if rotation else data.n_classes
+    mixing.check_threshold(t, n_classes)
     net = models.create_classifier(m.name, n_classes, ch=m.ch, img_channels=data.channels, **m.options)
     if not is_own(m.name):  # (a user's own family: its contract checked on two inputs)
         contract.check_classifier(m.name, net, n_classes, data.channels, cfg.data.resolution)

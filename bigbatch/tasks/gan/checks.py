@@ -57,7 +57,9 @@ def check_config(cfg: Config) -> None:
         raise BigbatchError(f"config key 'model.options': {e}") from None
     classifier = m.options.get("d_cond", "PD") in ("AC", "ADC")
     if cfg.train.changed("cond_lambda") and not classifier:  # (read by an auxiliary classifier)
-        cfg.train._fail("cond_lambda", 'weighs an auxiliary classifier\'s loss: give model.options.d_cond = "AC"')
+        cfg.train._fail(
+            "cond_lambda", 'weighs an auxiliary classifier\'s loss: give model.options.d_cond "AC" or "ADC"'
+        )
     if classifier and cfg.train.cond_lambda == 0:  # (found from outside: unsaid)
         warn(f"train.cond_lambda = 0 with model.options.d_cond = {m.options['d_cond']!r}: neither G nor D learns from "
              "the class (D has no projection beside its classifier)", once=True)  # fmt: skip

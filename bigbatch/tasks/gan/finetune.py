@@ -81,9 +81,10 @@ def init_from(path: str, G: nn.Module, D: nn.Module, family: str, main: bool, qu
         print(f"Fine-tuning from {ckpt}", flush=True)
     if main and (named := [f"{k}'s {', '.join(sorted(set(v)))}" for k, v in fresh.items() if v]):
         # (a head of classes the pretrained run had none of: its D of another model.options.d_cond)
-        new = any(key not in weights[k] for k, v in fresh.items() for key in v)
-        why = " (or a class head the pretrained run had not)" if new else ""
-        warn(f"train.init_from {ckpt}: re-initialised for this data set's classes{why}: {'; '.join(named)}")
+        # (as many classes, or a head the pretrained run had not: D's class head of another d_cond, found by review)
+        head = was == G.n_classes or any(key not in weights[k] for k, v in fresh.items() for key in v)
+        what = "this run's class head, another than the pretrained run's" if head else "this data set's classes"
+        warn(f"train.init_from {ckpt}: re-initialised for {what}: {'; '.join(named)}")
     return weights["G_ema"]
 
 

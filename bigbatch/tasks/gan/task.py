@@ -183,7 +183,7 @@ class GANTask:
         # An auxiliary classifier in D (model.options.d_cond "AC"): its logits beside each image's, trained on the real
         # images' classes in D's step and on the fakes' in G's, at train.cond_lambda (StudioGAN's ACGAN)
         self._classify = getattr(getattr(self.plain("D"), "classify", None), "holds_classes", False)  # (layers.py's)
-        self._adc = self._classify and self.plain("D").classify.discriminative  # (ADCGAN's: fakes as classes too)
+        self._adc = self._classify and getattr(self.plain("D").classify, "discriminative", False)  # (ADCGAN's)
 
     @property
     def steps(self) -> int:
