@@ -220,7 +220,8 @@ def _sample(args: argparse.Namespace) -> None:
     print(out)
 
 
-DRAWN = re.compile(r"\d{5}\.png|seed\d{4,}\.png|grid\.png|\d+-\d+\.png")  # the names --outdir gives its images
+# The names --outdir gives its images: in the folder (a sample's, a seed's, a mixing sheet's), in a class's folder.
+DRAWN, DRAWN_IN_CLASS = re.compile(r"\d{5}\.png|seed\d{4,}\.png|grid\.png|\d+-\d+\.png"), re.compile(r"\d{5}\.png")
 
 
 def earlier_draw(outdir: str | None, overwrite: bool) -> list[Path]:
@@ -232,12 +233,16 @@ def earlier_draw(outdir: str | None, overwrite: bool) -> list[Path]:
         return []
     inside = [f for f in folder.iterdir() if f.is_dir() and not f.is_symlink()]
     pngs = sorted([*folder.glob("*.png"), *(p for f in inside for p in f.glob("*.png"))])
-    theirs = [p for p in pngs if not DRAWN.fullmatch(p.name) or (p.parent != folder and not p.name[0].isdigit())]
-    if theirs or (pngs and not overwrite):
-        what = f"{len(theirs):,} PNGs of other names than a draw's ({theirs[0]}, ...)" if theirs else None
+    theirs = [p for p in pngs if not (DRAWN if p.parent == folder else DRAWN_IN_CLASS).fullmatch(p.name)]
+    if theirs:
         raise BigbatchError(
-            f"--outdir {outdir} holds {what or f'{len(pngs):,} PNGs of an earlier draw'}, which this one would mix "
-            f"with: give an empty or new folder{'' if theirs else ', or --overwrite to replace them'}"
+            f"--outdir {outdir} holds {len(theirs):,} PNGs of other names than a draw's ({theirs[0]}, ...), which this "
+            "one would mix with: give an empty or new folder"
+        )
+    if pngs and not overwrite:
+        raise BigbatchError(
+            f"--outdir {outdir} holds {len(pngs):,} PNGs of an earlier draw, which this one would mix with: give an "
+            "empty or new folder, or --overwrite to replace them"
         )
     return pngs
 

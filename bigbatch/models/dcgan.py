@@ -130,7 +130,10 @@ class DCGANDiscriminator(nn.Module):
         h = x
         for block in self.blocks:
             h = block(h)
-        out, h = self.output(h).flatten(), h.sum(dim=(2, 3))
+        out = self.output(h).flatten()
+        if self.embed is None and self.classify is None:  # (unconditional: nothing reads the pooled features)
+            return out
+        h = h.sum(dim=(2, 3))
         if self.embed is not None:
             out = out + (self.embed(y) * h).sum(dim=1)
         return layers.with_classes(out, self.classify, h)

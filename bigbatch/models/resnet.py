@@ -14,6 +14,8 @@ zero padding included, so that such weights see what they were trained on.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -207,6 +209,12 @@ class ResNet(nn.Module):
         return self.fc(F.dropout(self.features(x), self.drop_rate, self.training))
 
 
+def _imagenet(family: str, block: type[BasicBlock] | type[Bottleneck], depths: list[int], **options: Any) -> nn.Module:
+    """An ImageNet ResNet of `block`s, `depths` a stage, with a family's `options` (n_classes, ch, ...)."""
+    check_classifier(family, options["n_classes"], options["ch"], options["img_channels"])
+    return ResNet(block, depths, cifar_stem=False, **options)
+
+
 @register(init="kaiming", task="classify")
 def resnet18(
     *,
@@ -219,19 +227,7 @@ def resnet18(
     drop_path_rate: float = 0.0,
 ) -> nn.Module:
     """ResNet-18: BasicBlocks [2, 2, 2, 2]; 11,689,512 parameters with 1000 classes at ch 64."""
-    check_classifier("resnet18", n_classes, ch, img_channels)
-    return ResNet(
-        BasicBlock,
-        [2, 2, 2, 2],
-        n_classes=n_classes,
-        ch=ch,
-        img_channels=img_channels,
-        cifar_stem=False,
-        zero_init_residual=zero_init_residual,
-        input_stats=input_stats,
-        drop_rate=drop_rate,
-        drop_path_rate=drop_path_rate,
-    )
+    return _imagenet("resnet18", BasicBlock, [2, 2, 2, 2], **locals())  # (its options: the registry reads them here)
 
 
 @register(init="kaiming", task="classify")
@@ -246,19 +242,7 @@ def resnet50(
     drop_path_rate: float = 0.0,
 ) -> nn.Module:
     """ResNet-50 (v1.5): Bottlenecks [3, 4, 6, 3]; 25,557,032 parameters with 1000 classes at ch 64."""
-    check_classifier("resnet50", n_classes, ch, img_channels)
-    return ResNet(
-        Bottleneck,
-        [3, 4, 6, 3],
-        n_classes=n_classes,
-        ch=ch,
-        img_channels=img_channels,
-        cifar_stem=False,
-        zero_init_residual=zero_init_residual,
-        input_stats=input_stats,
-        drop_rate=drop_rate,
-        drop_path_rate=drop_path_rate,
-    )
+    return _imagenet("resnet50", Bottleneck, [3, 4, 6, 3], **locals())  # (its options: the registry reads them here)
 
 
 @register(init="kaiming", task="classify")

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch.nn.utils import get_total_norm
 
 from bigbatch.errors import warn
 
@@ -109,7 +110,7 @@ class Lamb(torch.optim.Optimizer):
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        norm = get_total_norm(grads)
         divide = torch.clamp(norm / LAMB_MAX_GRAD_NORM, min=1.0)
         for group in self.param_groups:
             (beta1, beta2), wd = group["betas"], group["weight_decay"]

@@ -56,31 +56,22 @@ def init_from(path: str, G: nn.Module, D: nn.Module, family: str, main: bool, qu
     ckpt, (weights, _) = checkpoint_find.read_newest(path, read)
     was = (checkpoints.read_meta(ckpt) or {}).get("n_classes")
     if family == "dcgan" and was is not None and was != G.n_classes:  # (found from outside: a tensor's shape said)
+        unconditional = "unconditional (model.conditional = false, or data without classes)"
         if was and G.n_classes:
-            said, fix = (
-                f"was trained on {was} classes and this data set has {G.n_classes}",
-                "onto data of as many classes only",
-            )
+            said = f"was trained on {was} classes and this data set has {G.n_classes}"
+            fix = "onto data of as many classes"
         else:  # (found from outside: "this data set has 0" of data of 10, where model.conditional differed)
-            ran = f"on {was} classes" if was else "unconditionally (model.conditional = false, or data without classes)"
-            now = (
-                f"conditional on the data's {G.n_classes}"
-                if G.n_classes
-                else "unconditional (model.conditional = false, or data without classes)"
-            )
-            said, fix = (
-                f"was trained {ran} and this run is {now}",
-                f"with model.conditional = {str(bool(was)).lower()} only",
-            )
+            ran = f"on {was} classes" if was else unconditional
+            now = f"conditional on the data's {G.n_classes}" if G.n_classes else unconditional
+            said, fix = f"was trained {ran} and this run is {now}", f"with model.conditional = {str(bool(was)).lower()}"
         raise BigbatchError(
             f"train.init_from {path} {said}: dcgan feeds the class to G's first layer with z, so it fine-tunes "
-            f"{fix} (biggan, sagan, sngan and stylegan2 re-initialise their class embeddings)"
+            f"{fix} only (biggan, sagan, sngan and stylegan2 re-initialise their class embeddings)"
         )
     fresh = {k: load_pretrained(net, weights[k], f"{k} of {ckpt}") for k, net in (("G", G), ("D", D))}
     if main and not quiet:
         print(f"Fine-tuning from {ckpt}", flush=True)
     if main and (named := [f"{k}'s {', '.join(sorted(set(v)))}" for k, v in fresh.items() if v]):
-        # (a head of classes the pretrained run had none of: its D of another model.options.d_cond)
         # (as many classes, or a head the pretrained run had not: D's class head of another d_cond, found by review)
         head = was == G.n_classes or any(key not in weights[k] for k, v in fresh.items() for key in v)
         what = "this run's class head, another than the pretrained run's" if head else "this data set's classes"
