@@ -28,6 +28,11 @@ def check_local_data(cfg: Any, new_run: bool = True) -> None:
     for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
         if given and given.startswith("builtin:"):  # (found from outside: builtin:nosuch passed)
             check_builtin(given)
+            if given == cfg.data.path and cfg.task == "gan":  # (its classes and channels: a fine-tune's start)
+                from bigbatch.data.builtin import BUILTIN
+
+                made = BUILTIN[given.removeprefix("builtin:")](cfg.data.resolution)
+                metas[given] = {"class_names": made.class_names, "channels": made.channels}
             continue
         path = Location.of(given) if given else None
         if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
@@ -44,14 +49,17 @@ def check_local_data(cfg: Any, new_run: bool = True) -> None:
             _check_stored_size(cfg, given, meta)
     # The faces' face type, as the task takes it (a swap's of both sides; an XSeg's of src alone, or of both),
     # checked against the config's, the sides' and an XSeg's train.init_from.
+    start = cfg.train.init_from
+    starts = new_run and start and not is_url(start) and Path(start).exists()
+    if cfg.task == "gan" and starts and cfg.data.path in metas:  # (found from outside: passed, refused by the run)
+        gan_start(cfg, len(metas[cfg.data.path]["class_names"]), int(metas[cfg.data.path]["channels"]))
     src, dst = (SimpleNamespace(meta=metas[k]) if k in metas else None for k in (cfg.data.path, cfg.data.dst_path))
     if cfg.task not in ("swap", "xseg") or src is None or (dst is None and cfg.task == "swap"):
         return
     from bigbatch.tasks.swap.task import face_type_of
 
     face_type = face_type_of(cfg, src, dst or src, cfg.task)
-    start = cfg.train.init_from
-    if cfg.task == "xseg" and new_run and start and not is_url(start) and Path(start).exists():
+    if cfg.task == "xseg" and starts:
         from bigbatch import models  # (found from outside: the dry run passed a start the run refused)
         from bigbatch.tasks.xseg.task import init_from
 
@@ -92,6 +100,23 @@ def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
         face_type_of(cfg, shown, shown, "xseg")  # (xseg.face_type against the faces')
 
 
+def gan_start(cfg: Any, n_classes: int, channels: int) -> None:
+    """A new GAN run's train.init_from against its models (built on the meta device) for data of `n_classes` and
+    `channels`: the weights' family, shapes and classes, as the run checks them as it starts."""
+    import warnings
+
+    import torch
+
+    from bigbatch.tasks.gan.checks import build_models
+    from bigbatch.tasks.gan.finetune import init_from
+
+    with torch.device("meta"):
+        G, D = build_models(cfg, n_classes, channels)
+    with warnings.catch_warnings():  # (torch's, of weights copied onto the meta device: a no-op there)
+        warnings.simplefilter("ignore", UserWarning)
+        init_from(cfg.train.init_from, G, D, cfg.model.name, main=False, quiet=True)
+
+
 def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
     """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
     so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
@@ -113,10 +138,12 @@ def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
             states = 2 if cfg.train.optimizer == "adamw" else int(cfg.train.momentum > 0)
         elif cfg.task == "gan":
             from bigbatch.tasks.gan.checks import check_path_length, warn_built
+            from bigbatch.tasks.gan.finetune import freeze_d_blocks
             from bigbatch.tasks.gan.task import build_models
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)
+            freeze_d_blocks(D, cfg.train.freeze_d)  # (found from outside: passed, refused by the run)
             if warns and os.environ.get("RANK", "0") == "0":
                 warn_built(cfg, D)
             trained, kept = [G, D], [G]  # (G_ema)

@@ -110,8 +110,10 @@ def _sample(args: argparse.Namespace) -> None:
     device = device_named(args.device)
     G = load_generator(args.path, device)  # a run's newest checkpoint, even if the run prunes it meanwhile
     ckpt = G.checkpoint
-    styled = hasattr(G, "num_ws")  # (a StyleGAN2's: a sheet of it draws ADA's style_mixing.py's const noise)
-    args.noise_mode = args.noise_mode or ("const" if mixing and styled else "random")
+    styled = hasattr(G, "num_ws")  # (a StyleGAN2's: its seeds and sheets draw ADA's generate.py's and
+    # style_mixing.py's const noise; found from outside: --seeds drew other images than ADA's for its seeds)
+    adas = mixing or args.seeds is not None
+    args.noise_mode = args.noise_mode or ("const" if adas and styled else "random")
     restyle(G, args.psi, args.noise_mode, options=True)
     if not args.interp:
         _check_fits(args.n, G.config.data.resolution, mixing)
@@ -317,7 +319,8 @@ def add_sample_command(sub: Any) -> None:
         "--seeds",
         type=seed_list,
         help="StyleGAN2-ADA's generate.py --seeds (e.g. 85,265,297-300): an image a seed, its z ADA's draw, "
-        "np.random.RandomState(seed).randn(dim_z), so a converted ADA network redraws its published images",
+        "np.random.RandomState(seed).randn(dim_z), and its noise ADA's (--noise-mode const), so a converted ADA "
+        "network redraws its published images",
     )
     s.add_argument(
         "--classes",
@@ -342,8 +345,8 @@ def add_sample_command(sub: Any) -> None:
         "--noise-mode",
         choices=("random", "const", "none"),
         help="StyleGAN2's noise inputs: each image's own, drawn from its z (default), each layer's fixed noise image "
-        "(ADA's generate.py and style_mixing.py default, so a style-mixing sheet's; what an exported G computes), "
-        "or none",
+        "(ADA's generate.py and style_mixing.py default, so the default of --seeds and of a style-mixing sheet; what "
+        "an exported G computes), or none",
     )
     s.add_argument(
         "--standing-stats",

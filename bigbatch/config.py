@@ -280,7 +280,8 @@ class TrainConfig(Section):
     a torchvision/timm-layout state dict (.pth, .safetensors), its head new for the data's classes;
     swap: see the README. "" = train from scratch."""
     freeze_d: int = 0
-    """FreezeD (Mo et al. 2020): keep D's first this many blocks (from the image side) fixed."""
+    """FreezeD (Mo et al. 2020): keep D's first this many blocks (from the image side) fixed, and its input layer;
+    blocks, where StyleGAN2-ADA's --freezed counts layers (its 3k+1 is k here)."""
     freeze_kimg: float = 0.0
     """classify, fine-tuning (fastai's fine_tune): only the head trains for this many kimg, then all."""
     body_lr_mult: float = 1.0
@@ -429,7 +430,11 @@ class AugmentConfig(Section):
         positive(self, "speed_kimg")
         if not names and (self.target or self.p != "auto"):
             key, example = ("target" if self.target else "p"), "bgc" if ada else "color,translation,cutout"
-            self._fail(key, f'has no transforms to apply: set augment.policy, e.g. "{example}"')
+            off = " and ".join(["augment.target=0"] * bool(self.target) + ['augment.p="auto"'] * (self.p != "auto"))
+            self._fail(  # (found from outside: an ADA user turning it off was steered back to it)
+                key, f'has no transforms to apply: set augment.policy, e.g. "{example}"; or, for no augmentation '
+                f"(ADA's --aug noaug), {off}"
+            )  # fmt: skip
         if names and ada and self.p == "auto" and not self.target:
             self._fail("p", "is \"auto\", which ADA's pipeline leaks into G's images at 1: set augment.target "
                        "(ADA: 0.6) or a fixed p (ADA's fixed-p runs: 0.2-0.8)")  # fmt: skip

@@ -162,7 +162,11 @@ def test_an_ada_run_resumes_bit_for_bit_and_logs_p(tiny, tmp_path, policy):
         ({"augment.policy": "color,color"}, r"names 'color' \(twice\)"),
         ({**POLICY, "augment.p": 1.5}, r"augment.p' must be a probability in \[0, 1\]"),
         ({**POLICY, "augment.target": 1.0}, r"augment.target' must be in \[0, 1\)"),
-        ({"augment.target": 0.6}, r"augment.target' has no transforms to apply: set augment.policy"),
+        (  # and how to turn it off (found from outside: an ADA user was steered back to it)
+            {"augment.target": 0.6, "augment.p": 0.2},
+            r"augment.target' has no transforms to apply: set augment.policy, e.g. \"color,translation,cutout\"; or, "
+            r"for no augmentation \(ADA's --aug noaug\), augment.target=0 and augment.p=\"auto\"$",
+        ),
     ],
 )
 def test_bad_augment_settings_are_named(override, message):
