@@ -541,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
     in_main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _terminate) if in_main else None
+    given = list(sys.argv[1:] if argv is None else argv)
+    old = signals.take_sigterm(given, _terminate) if in_main else None
     # A script's background job starts with SIGINT ignored; every command stops on it as train does (found from
     # outside: `kill -INT` of a background prepare was ignored, and it went on to the end).
     old_int = signal.getsignal(signal.SIGINT) if in_main else None
@@ -554,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # SIGTERM, held since its fork: taken now)
         user_modules.import_user_modules()  # (BIGBATCH_IMPORT: a user's own model families, before a config is read)
         args = parse_args(argv)
-        args.argv = list(sys.argv[1:] if argv is None else argv)
+        args.argv = given
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except signals.Terminated:
         _kept(args)

@@ -208,6 +208,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # after one more step under torchrun (the ranks' vote is read an iteration late: dist.StopVote), which
     # writes nothing more; the first error is the one raised.
     failed: BaseException | None = None
+    unsaved = False  # (rank 0's failed write was a preview's, after which the weights can still be saved)
 
     def evaluate() -> bool:
         """Score the task (every rank) and log it, keeping the best (rank 0); False if a stop cut it short."""
@@ -226,10 +227,12 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 failed = e
         return True
 
-    def save_stopped() -> tuple[Path, str]:
-        """Save where the run is, as a stop does: the checkpoint, and the command that continues from it."""
+    def save_stopped(previews: bool = True) -> tuple[Path, str]:
+        """Save where the run is, as a stop does: the checkpoint (and its previews), and the command that continues
+        from it."""
         path = run.save(task, rep, nimg, progress.seconds(), window(), stopped=True)
-        run.write_previews(task, nimg, at_checkpoint=True)
+        if previews:
+            run.write_previews(task, nimg, at_checkpoint=True)
         resume_with = f"{prefix}bigbatch train --run-dir {shlex.quote(str(run.path))} --resume"
         if prefix is None:  # (a script's own family: the command line cannot build it)
             resume_with = f"bigbatch.train(cfg, run_dir={str(run.path)!r}, resume=True), where {own_family}"
@@ -316,6 +319,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             # from outside: killed in evaluations, a run lost its training since the checkpoint before each time).
             # Only the run's last is written again once it is made.
             evaluating, first, save = task.scorer is not None and scores_due(before), False, checkpoint
+            sheet_due = bool(cfg.sample.every_kimg) and due(cfg.sample.every_kimg, before)
             if evaluating:
                 # Several processes: a stop asked for before it begins leaves it to the resumed run, every rank
                 # agreeing (found from outside: a stop that came just before it waited for the whole evaluation,
@@ -335,6 +339,9 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                             run.save(task, rep, nimg, progress.seconds(), window())
                             run.write_previews(task, nimg, at_checkpoint=True)
                             saved_at, asked = time.monotonic(), False
+                            if sheet_due:  # (found from outside: killed in the evaluation, its grid was never drawn)
+                                sheet_due = False
+                                run.write_previews(task, nimg, at_checkpoint=False)
                         except (BigbatchError, OSError) as e:
                             failed = e
                 scoring = time.monotonic()
@@ -348,10 +355,14 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 continue
             try:
                 # Rank 0's output, where due: previews, a checkpoint.
-                if cfg.sample.every_kimg and due(cfg.sample.every_kimg, before):
-                    run.write_previews(task, nimg, at_checkpoint=False)
+                if sheet_due:
+                    try:
+                        run.write_previews(task, nimg, at_checkpoint=False)
+                    except (BigbatchError, OSError) as e:  # (the run saves where it is as it stops: found from
+                        failed, unsaved = e, True  # outside, what it trained since its last checkpoint was lost)
                 if save:
                     run.save(task, rep, nimg, progress.seconds(), window(), replace=evaluating)
+                    unsaved = False
                     if not evaluating:  # (the previews of one written before its evaluation: written with it)
                         run.write_previews(task, nimg, at_checkpoint=True)
                     saved_at, asked = time.monotonic(), False
@@ -367,6 +378,14 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             if failed is None:
                 progress.close()
                 raise
+        if failed is not None and unsaved:  # (a preview's write failed: the weights can still be saved)
+            try:
+                path, resume_with = save_stopped(previews=False)
+            except (BigbatchError, OSError):
+                pass  # (its storage refuses the checkpoint too: the last one stands)
+            else:
+                progress.close()
+                raise BigbatchError(f"{failed}; saved {path}. Once it writes again, continue with: {resume_with}")
         if failed is not None:
             progress.close()
             raise failed

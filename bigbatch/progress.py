@@ -118,9 +118,14 @@ class Progress:
                 # purged) and logs its rows at the checkpoint again as metrics.jsonl keeps them (found from outside:
                 # an evaluation made again at the checkpoint was two points there).
                 self.tb = _event_writer(SummaryWriter, run.path / "tb", nimg if resumed else None)
-                for row in rows if resumed else []:
-                    if round(row["kimg"] * 1000) == nimg:
-                        self._tb_row(nimg, row)
+                at = [row for row in rows if round(row["kimg"] * 1000) == nimg] if resumed else []
+                for row in at:
+                    self._tb_row(nimg, row)
+                # TensorBoard's alone of a log row there (each spectrally normalized layer's sigma), of the weights
+                # restored (found from outside: each resume left them out at its checkpoint)
+                if monitor is not None and any(k.startswith("sv_max_") for row in at for k in row):
+                    for k, v in monitor()[1].items():
+                        self.tb.add_scalar(f"sv/{k}", v, nimg)
             except OSError as e:
                 self._drop_tb(e)
         self.bar = tqdm(

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from bigbatch.config import Config, EvalConfig
+from bigbatch.config import Config, EvalConfig, SampleConfig
 from bigbatch.config_types import read_toml
 from bigbatch.data.schedule import PHASES_REPLACE, schedule_of
 from bigbatch.errors import BigbatchError, counted, warn
@@ -26,7 +26,7 @@ RESUMABLE_CHANGES = {
     "checkpoint.every_kimg",
     "checkpoint.every_minutes",
     "checkpoint.keep",
-    "sample.every_kimg",
+    *(f"sample.{f.name}" for f in dataclasses.fields(SampleConfig)),  # (previews: found from outside, refused)
     "data.path",  # the same images at another path (the content hash is checked)
     "data.dst_path",  # (the swap and xseg tasks' dst faces: the same, checked by the task)
     "data.workers",
@@ -116,6 +116,11 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
     the precision and what guards against divergence."""
     cfg, saved, given, changed, allowed, fixed = _compare(saved_config, cfg, recovery)
+    if "task" in fixed:  # (found from outside: a checkpoint of another task's run in this run's folder, "drop the
+        raise BigbatchError(  # override" advised where none was given)
+            f"{what} is a {saved['task']} run's, and this one is a {given['task']} run: it was not trained by this "
+            "run (copied in?); give its own run's folder, or remove it from this one's checkpoints"
+        )
     if fixed:
         shown = _shown(fixed, saved, given)
         # (the face tasks' own sections named only for them: found from outside, a GAN's line ran past 1,000 chars)

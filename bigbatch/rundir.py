@@ -490,6 +490,11 @@ def check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["a
             f"{run} is a sweep's folder (its results.csv): a run goes in a folder of its own; give another --run-dir "
             "(run_dir=)"
         )
+    if not holds_run and (run / "metrics.jsonl").exists():  # (found from outside: a new run's rows joined another's)
+        raise BigbatchError(
+            f"{run} holds a metrics.jsonl but no run (no config.toml, no checkpoints/): the new run's rows would "
+            "join those; give an empty or new --run-dir (run_dir=), or move that file away"
+        )
     if resume == "auto":
         resume = holds_run
     problem = None

@@ -78,6 +78,24 @@ def request_stop() -> None:
 _PENDING: list[int] = []  # SIGTERMs kept during `bigbatch train`'s start-up, for its loop
 
 
+def starts_a_run(argv: list[str]) -> bool:
+    """Whether `bigbatch ARGV` starts a training run of one process (not a rank of several, not a dry run), whose
+    start-up keeps a SIGTERM for its loop (keep_sigterm_for_the_loop), from its first moment."""
+    alone = os.environ.get("WORLD_SIZE", "1") == "1" and not os.environ.get("BIGBATCH_LAUNCH_PARENT")
+    return alone and argv[:1] == ["train"] and "--dry-run" not in argv
+
+
+def take_sigterm(argv: list[str], terminate: Callable[[int, object], None]) -> Any:
+    """SIGTERM's handler through `bigbatch ARGV`: a run's start-up keeps it for the loop (starts_a_run); any other
+    command stops on it (`terminate`). Returns the handler before."""
+    old = signal.getsignal(signal.SIGTERM)
+    if starts_a_run(argv):
+        keep_sigterm_for_the_loop()
+    else:
+        signal.signal(signal.SIGTERM, terminate)
+    return old
+
+
 def keep_sigterm_for_the_loop() -> None:
     """`bigbatch train`'s start-up (imports, data, models) until its loop takes the signals: a SIGTERM is kept
     rather than ending the process with status 143, and the loop, once it starts, saves (at step 0) and

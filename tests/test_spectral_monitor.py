@@ -35,3 +35,10 @@ def test_the_largest_sigma_of_g_and_d_is_logged_and_each_layers_in_tensorboard(t
     assert logged.keys() == sigmas.keys() and len(logged) >= 6
     assert all(abs(logged[k] - sigmas[k]) <= 1e-6 * abs(sigmas[k]) for k in sigmas)
     assert torch.isfinite(torch.tensor(list(logged.values()))).all()
+    # A resume keeps them at its checkpoint, each once (found from outside: each resume dropped them there).
+    assert main(["train", *args, "--resume"]) == 0  # (nothing to train: its events at 0.016 kimg logged again)
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    for tag in sigmas:
+        assert [e.step for e in events.Scalars(tag)] == [8, 16], tag
+        assert abs(events.Scalars(tag)[-1].value - logged[tag]) <= 1e-6 * abs(logged[tag])
