@@ -11,12 +11,12 @@ from pathlib import Path
 
 import torch
 from _gan import sync
-from _swap import native_bf16
 from throughput import compute_peak
 
 import bigbatch
 from bigbatch.config import Config
 from bigbatch.engine.memory import CPUPeak, state_bytes
+from bigbatch.engine.precision import native_bf16
 
 REPO = Path(__file__).resolve().parent.parent
 CLASSES = 1000  # BigGAN-128's and ResNet-50's ImageNet classes

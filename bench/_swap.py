@@ -118,8 +118,3 @@ class Fp32Kernels(TorchDispatchMode):
             return t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
 
         return tree_map(down, func(*tree_map(up, args), **tree_map(up, kwargs)))
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether bf16 convolutions run natively here (GPUs; CPUs with AVX-512 or AMX): else Fp32Kernels."""
-    return device.type != "cpu" or torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "NO AVX", "AVX2")

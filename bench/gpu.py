@@ -72,7 +72,7 @@ from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, ti
 from _gpu_waits import waits  # noqa: E402
 from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
 from _procs import run_in_turns as _run_in_turns  # noqa: E402
-from _swap import native_bf16, synthetic_faces  # noqa: E402
+from _swap import synthetic_faces  # noqa: E402
 from throughput import count_flops, measure, measure_swap  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
@@ -80,6 +80,7 @@ from bigbatch.batching import plan_micro_batch  # noqa: E402
 from bigbatch.engine import compile_cache  # noqa: E402
 from bigbatch.engine.determinism import cudnn_autotuning, run_kernels  # noqa: E402
 from bigbatch.engine.memory import format_bytes  # noqa: E402
+from bigbatch.engine.precision import native_bf16  # noqa: E402
 
 
 def first_iteration(compiled: compile_cache.Compiled) -> str:

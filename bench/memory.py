@@ -36,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _args import at_least, device_arg, int_list, one_line_errors, positive_float_list  # noqa: E402
 from _env import measured_on  # noqa: E402
 from _gan import gan_task  # noqa: E402
-from _swap import Fp32Kernels, is_swap, native_bf16, optimizers, swap_task, synthetic_faces  # noqa: E402
+from _swap import Fp32Kernels, is_swap, optimizers, swap_task, synthetic_faces  # noqa: E402
 
 import bigbatch  # noqa: E402
 from bigbatch.config import Config, parse_override  # noqa: E402
 from bigbatch.engine import dist, memory  # noqa: E402
+from bigbatch.engine.precision import native_bf16  # noqa: E402
 from bigbatch.errors import BigbatchError  # noqa: E402
 
 MODE_NAMES = {"fp32": ("fp32", False), "bf16": ("bf16", False), "bf16+ckpt": ("bf16", True)}

@@ -56,12 +56,12 @@ from _args import name_list, one_line_errors, positive_int  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _env import measured_on  # noqa: E402
 from _gan import config, gan_task, sync  # noqa: E402
-from _swap import is_swap, native_bf16, swap_feed, swap_task, synthetic_faces  # noqa: E402
+from _swap import is_swap, swap_feed, swap_task, synthetic_faces  # noqa: E402
 
 from bigbatch.batching import compiles, plan_micro_batch  # noqa: E402
 from bigbatch.engine import batch_parts, dist  # noqa: E402
 from bigbatch.engine.memory import CPUPeak, format_bytes, state_bytes  # noqa: E402
-from bigbatch.engine.precision import DTYPES, autocast  # noqa: E402
+from bigbatch.engine.precision import DTYPES, autocast, native_bf16  # noqa: E402
 
 
 def compute_peak(device: torch.device, precision: str, toy: bool = False) -> float:

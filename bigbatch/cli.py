@@ -29,11 +29,7 @@ from bigbatch.urls import endpoint_options, is_url
 
 
 def _train(args: argparse.Namespace) -> None:
-    alone = os.environ.get("WORLD_SIZE", "1") == "1" and not os.environ.get("BIGBATCH_LAUNCH_PARENT")
-    if alone and not args.dry_run:
-        # A scheduler's SIGTERM while it starts: saved at step 0, exit 0. (Not in a rank of several: one that
-        # went on starting could wait for a peer that has stopped.)
-        signals.keep_sigterm_for_the_loop()
+    # (a SIGTERM while it starts is kept for the loop, which saves at step 0: main's signals.take_sigterm)
     signals.EXITING_AFTER[0] = threading.current_thread() is threading.main_thread()  # (see restore_sigterm)
     with signals.interrupt_at_once():
         from bigbatch.batching import compiles, describe_compile, describe_plan
@@ -52,7 +48,7 @@ def _train(args: argparse.Namespace) -> None:
     if resume is True and not saved.exists() and not (saved.parent / "checkpoints").exists():
         if saved.parent.is_file():  # (found from outside: "drop --resume", which then refused the file)
             raise BigbatchError(f"--run-dir {args.run_dir} is a file: give the folder of the run to resume")
-        raise BigbatchError(f"{args.run_dir} holds no run to resume; drop --resume to start a new run there")
+        check_resume(saved.parent, True)  # (no run to resume there, or another's metrics.jsonl: said which)
     if resume and not (args.preset or args.config) and (saved.exists() or (saved.parent / "checkpoints").is_dir()):
         from bigbatch.run_data import resume_base  # (the same command with --preset/--config is checked)
 
@@ -63,8 +59,8 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
-        floor = build_on_meta(cfg, warns=not resume)  # model options only the constructors check (a depth not 6n+2)
         check_local_data(cfg, new_run=not resume)  # a missing or broken data file, as training would refuse it
+        floor = build_on_meta(cfg, warns=not resume)  # model options only the constructors check (a depth not 6n+2)
         if args.run_dir:  # (found from outside: passed a --run-dir holding a run, without --resume)
             check_resume(Path(args.run_dir), resume)
         uses = {"train.init_from": cfg.train.init_from, "eval.weights": cfg.eval.weights if cfg.eval.every_kimg else ""}

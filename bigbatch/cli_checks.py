@@ -27,12 +27,11 @@ def check_local_data(cfg: Any, new_run: bool = True) -> None:
     metas = {}
     for given in (cfg.data.path, cfg.data.dst_path, cfg.data.val_path):
         if given and given.startswith("builtin:"):  # (found from outside: builtin:nosuch passed)
-            check_builtin(given)
+            name = check_builtin(given)
             if given == cfg.data.path and cfg.task == "gan":  # (its classes and channels: a fine-tune's start)
-                from bigbatch.data.builtin import BUILTIN
+                from bigbatch.data.builtin import CHANNELS, CLASSES
 
-                made = BUILTIN[given.removeprefix("builtin:")](cfg.data.resolution)
-                metas[given] = {"class_names": made.class_names, "channels": made.channels}
+                metas[given] = {"class_names": CLASSES[name], "channels": CHANNELS}
             continue
         path = Location.of(given) if given else None
         if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
@@ -137,9 +136,8 @@ def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
             kept = trained * bool(cfg.train.model_ema_kimg)
             states = 2 if cfg.train.optimizer == "adamw" else int(cfg.train.momentum > 0)
         elif cfg.task == "gan":
-            from bigbatch.tasks.gan.checks import check_path_length, warn_built
+            from bigbatch.tasks.gan.checks import build_models, check_path_length, warn_built
             from bigbatch.tasks.gan.finetune import freeze_d_blocks
-            from bigbatch.tasks.gan.task import build_models
 
             G, D = build_models(cfg, 10, 3)
             check_path_length(cfg, G)

@@ -143,6 +143,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 warn(f"train.kimg {was:g} -> {cfg.train.kimg:g}: the run trains on to {cfg.train.kimg:g} kimg{said}")
             print(f"Resuming {run.path} from {run.checkpoint.name} ({nimg / 1000:.3f} kimg)", flush=True)
             run.write_previews(task, nimg, at_checkpoint=True, missing=True)
+            if run.log_window and run.log_window.get("sheet_pending"):  # (its write failed: found by review)
+                run.write_previews(task, nimg, at_checkpoint=False, missing=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
         if rep.compile:  # (the first step says how much came from the cache)
             plan += f"; {describe_compile(cfg)}, cache {compile_cache.in_use()}"
@@ -208,7 +210,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # after one more step under torchrun (the ranks' vote is read an iteration late: dist.StopVote), which
     # writes nothing more; the first error is the one raised.
     failed: BaseException | None = None
-    unsaved = False  # (rank 0's failed write was a preview's, after which the weights can still be saved)
+    sheet_failed = False  # (one process: its failed write was a sample sheet's, and its weights can still be saved)
 
     def evaluate() -> bool:
         """Score the task (every rank) and log it, keeping the best (rank 0); False if a stop cut it short."""
@@ -241,8 +243,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         return path, resume_with
 
     def window() -> dict:
-        """The log row under way, and whether an evaluation due was cut short (the resumed run makes it)."""
-        return {**progress.window.state(), **({"eval_pending": True} if eval_pending else {})}
+        """The log row under way, and whether an evaluation due was cut short, or a sample sheet due not written
+        (the resumed run makes them)."""
+        pending = {"eval_pending": True} if eval_pending else {}
+        return {**progress.window.state(), **pending, **({"sheet_pending": True} if sheet_failed else {})}
 
     # An evaluation due at the checkpoint resumed, which a stop cut short: made first (and recorded made).
     eval_pending = bool(run.log_window and run.log_window.get("eval_pending")) and task.scorer is not None
@@ -358,12 +362,12 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 if sheet_due:
                     try:
                         run.write_previews(task, nimg, at_checkpoint=False)
-                    except (BigbatchError, OSError) as e:  # (the run saves where it is as it stops: found from
-                        failed, unsaved = e, True  # outside, what it trained since its last checkpoint was lost)
+                    except (BigbatchError, OSError) as e:  # (one process saves where it is as it stops: found from
+                        failed, sheet_failed = e, rep.world_size == 1  # outside, its training since the last
+                        # checkpoint was lost; several leave it to their last checkpoint, as for any failed write)
                 if save:
                     run.save(task, rep, nimg, progress.seconds(), window(), replace=evaluating)
-                    unsaved = False
-                    if not evaluating:  # (the previews of one written before its evaluation: written with it)
+                    if failed is None and not evaluating:  # (those of one written before its evaluation: with it)
                         run.write_previews(task, nimg, at_checkpoint=True)
                     saved_at, asked = time.monotonic(), False
             except (BigbatchError, OSError) as e:
@@ -378,11 +382,14 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             if failed is None:
                 progress.close()
                 raise
-        if failed is not None and unsaved:  # (a preview's write failed: the weights can still be saved)
+            sheet_failed = False  # (weights not to save)
+        if failed is not None and sheet_failed:  # (a sheet's write failed: the weights can still be saved)
             try:
+                if not stopped:  # (the run's last step: checked as every save is)
+                    check_replicas(task, nimg)
                 path, resume_with = save_stopped(previews=False)
             except (BigbatchError, OSError):
-                pass  # (its storage refuses the checkpoint too: the last one stands)
+                pass  # (weights not finite, or storage that refuses the checkpoint too: the last one stands)
             else:
                 progress.close()
                 raise BigbatchError(f"{failed}; saved {path}. Once it writes again, continue with: {resume_with}")

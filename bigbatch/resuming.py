@@ -116,10 +116,11 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     with, `saved_config`; only the run length, output cadences and how it runs may change, and (`recovery`)
     the precision and what guards against divergence."""
     cfg, saved, given, changed, allowed, fixed = _compare(saved_config, cfg, recovery)
-    if "task" in fixed:  # (found from outside: a checkpoint of another task's run in this run's folder, "drop the
-        raise BigbatchError(  # override" advised where none was given)
-            f"{what} is a {saved['task']} run's, and this one is a {given['task']} run: it was not trained by this "
-            "run (copied in?); give its own run's folder, or remove it from this one's checkpoints"
+    if "task" in fixed:  # (found from outside: of a checkpoint copied in from another task's run, "drop the
+        raise BigbatchError(  # override" was advised where none was given)
+            f"{what} was trained as a {saved['task']} run, and the config given is a {given['task']} one: resume "
+            "with the run's own (a bare --resume takes it; in Python, bigbatch.Config.load(RUN)); or, if that "
+            "checkpoint was copied in from another run, remove it from this one's checkpoints"
         )
     if fixed:
         shown = _shown(fixed, saved, given)

@@ -45,6 +45,15 @@ def three_logits_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int
     return _G(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False, wide=3)
 
 
+class _DoubleG(_G):
+    def forward(self, z, y=None):
+        return super().forward(z, y).double()
+
+
+def double_images_gan(*, resolution: int, n_classes: int, ch: int = 8, dim_z: int = 8, img_channels: int = 3):
+    return _DoubleG(resolution, n_classes, dim_z, img_channels, True), _D(resolution, img_channels, False)
+
+
 class _Classifier(nn.Module):
     def __init__(self, n_classes, img_channels):
         super().__init__()
@@ -72,6 +81,7 @@ def families(monkeypatch):
         (labels_only_gan, "N02", "gan"),
         (half_logits_gan, "N02", "gan"),
         (three_logits_gan, "N02", "gan"),
+        (double_images_gan, "N02", "gan"),
     ):
         registry.register(init=init, task=task)(fn)
     registry.register(init="kaiming", task="classify")(five_logits)
@@ -84,6 +94,8 @@ def families(monkeypatch):
         ("gan", "half_logits_gan", "half_logits_gan's D(x, y) returned (1,) for 2 inputs, not (2,): D returns one"),
         # (found from outside: a head of classes' logits trained on their mean without a word)
         ("gan", "three_logits_gan", "three_logits_gan's D(x, y) returned (2, 3) for 2 inputs, not (2,): D returns"),
+        # (found from outside: torch's dtype error out of the user's D)
+        ("gan", "double_images_gan", "double_images_gan's G(z, y) returned float64 images for float32 z: G returns"),
         ("classify", "five_logits", "five_logits's forward(x) returned (2, 5) for 2 inputs, not (2, 10): a classifier"),
     ],
 )

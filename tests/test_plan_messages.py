@@ -12,13 +12,24 @@ from bigbatch.engine import precision
 from bigbatch.engine.running_stats import span_small
 
 
-def test_fp16_on_a_cpu_is_said_to_be_slow(capsys, monkeypatch):
+def test_fp16_and_emulated_bf16_on_a_cpu_are_said_to_be_slow(capsys, monkeypatch):
+    cpu = torch.device("cpu")
     monkeypatch.setattr("bigbatch.errors._WARNED", set())  # (6 img/s where fp32 ran 729, without a word)
-    precision.check("bf16", torch.device("cpu"))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")  # (native bf16)
+    precision.check("bf16", cpu)
     assert capsys.readouterr().err == ""
-    precision.check("fp16", torch.device("cpu"))
+    precision.check("fp16", cpu)
     # (as the config's train.precision and the Replicator's precision= give it: found from outside, the config's name)
-    assert "fp16 precision on a CPU: PyTorch's CPU fp16 kernels are slow" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "fp16 precision on a CPU: PyTorch's CPU fp16 kernels are slow" in err and "bf16 is a CPU's mixed" in err
+    # A CPU whose bf16 torch emulates (found from outside: 15x slower than fp32, unsaid; fp16's advice was bf16).
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    precision.check("bf16", cpu)
+    assert "bf16 precision on this CPU (torch's kernels for AVX2): it has no native bf16, and torch emulates it " \
+           "5-20x slower than fp32" in capsys.readouterr().err  # fmt: skip
+    precision.check("fp16", cpu)
+    assert "fp32 is this one's fastest (no native bf16 either)" in capsys.readouterr().err
 
 
 def test_a_batch_of_few_divisors_is_named_as_why_the_micro_batch_is_small():

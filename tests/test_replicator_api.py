@@ -252,3 +252,12 @@ def test_a_numpy_integer_is_a_skip_window():
     import numpy as np
 
     assert bigbatch.Replicator(batch=8, micro_batch=4, device="cpu", skip_window=np.int64(10)).batch == 8
+
+
+def test_a_torch_device_is_taken_as_its_name():
+    # Found from outside: torch.device("cpu") was refused (accelerate and Lightning take it); another GPU than the
+    # rank's own is still refused, each rank taking GPU LOCAL_RANK.
+    rep = bigbatch.Replicator(batch=8, micro_batch=4, device=torch.device("cpu"))
+    assert rep.device == torch.device("cpu")
+    with pytest.raises(bigbatch.BigbatchError, match=r"must be 'auto', 'cpu' or 'cuda' .* got device\(type='cuda'"):
+        bigbatch.Replicator(batch=8, micro_batch=4, device=torch.device("cuda", 1))

@@ -77,7 +77,7 @@ def digits(resolution: int) -> ImageData:
     """scikit-learn's 1,797 handwritten digits (8x8, 17 grey levels), upscaled to `resolution`."""
     images, target = _digits_arrays()
     images = _resize_gray(images, 16.0, resolution, "digits")
-    return ImageData(images, torch.from_numpy(target).long(), [str(i) for i in range(10)], "builtin:digits")
+    return ImageData(images, torch.from_numpy(target).long(), CLASSES["digits"], "builtin:digits")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -127,3 +127,7 @@ def fashion_mnist_test(resolution: int) -> ImageData:
 
 
 BUILTIN = {"digits": digits, "fashion-mnist": fashion_mnist, "fashion-mnist-test": fashion_mnist_test}
+# Each set's classes, and the channels of all (gray as RGB), known without making it (a dry run's).
+CLASSES = {"digits": [str(i) for i in range(10)], "fashion-mnist": FASHION_CLASSES}
+CLASSES["fashion-mnist-test"] = FASHION_CLASSES
+CHANNELS = 3

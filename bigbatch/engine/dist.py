@@ -34,13 +34,16 @@ def _env_int(name: str, default: int) -> int:
         raise BigbatchError(f"environment variable {name}={raw!r} must be an integer") from None
 
 
-def context(device: str = "auto") -> Context:
-    """Read rank and world size from the environment and pick the device ("auto", "cpu" or "cuda")."""
+def context(device: str | torch.device = "auto") -> Context:
+    """Read rank and world size from the environment and pick the device ("auto", "cpu" or "cuda"; or such a
+    torch.device, a GPU's of this rank's index, LOCAL_RANK)."""
     rank, local_rank, world = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0), _env_int("WORLD_SIZE", 1)
     if world < 1 or not 0 <= rank < world or local_rank < 0:
         raise BigbatchError(
             f"RANK={rank}, LOCAL_RANK={local_rank}, WORLD_SIZE={world} are inconsistent; need 0 <= RANK < WORLD_SIZE"
         )
+    if isinstance(device, torch.device) and device.index in (None, local_rank if device.type == "cuda" else None):
+        device = device.type  # (found from outside: torch.device("cpu") refused, which accelerate takes)
     if device not in ("auto", "cpu", "cuda"):
         raise BigbatchError(
             f"device (train.device) must be 'auto', 'cpu' or 'cuda' (each rank takes GPU LOCAL_RANK), got {device!r}"

@@ -19,13 +19,28 @@ SETTLING = (
 )
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 convolutions run natively on `device` (GPUs; CPUs whose torch kernels are AVX-512's or AMX's):
+    elsewhere torch emulates them, 5-20x slower than fp32."""
+    return device.type != "cpu" or torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "NO AVX", "AVX2")
+
+
 def check(precision: str, device: torch.device) -> None:
     if precision not in DTYPES:
         raise BigbatchError(f"unknown precision {precision!r}; valid: {', '.join(DTYPES)}")
+    native = native_bf16(device)
     if precision == "fp16" and device.type == "cpu":  # (found from outside: 6 img/s where fp32 ran 729, unsaid)
         warn(
             "fp16 precision on a CPU: PyTorch's CPU fp16 kernels are slow (the digits recipe trained ~100x "
-            "slower than in fp32, on a CPU with AVX-512 FP16 too); bf16 is a CPU's mixed precision",
+            "slower than in fp32, on a CPU with AVX-512 FP16 too); "
+            + ("bf16 is a CPU's mixed precision" if native else "fp32 is this one's fastest (no native bf16 either)"),
+            once=True,
+        )
+    if precision == "bf16" and not native:  # (found from outside: 15x slower than fp32, unsaid)
+        warn(
+            f"bf16 precision on this CPU (torch's kernels for {torch.backends.cpu.get_cpu_capability()}): it has no "
+            "native bf16, and torch emulates it 5-20x slower than fp32 (the digits recipe: 16 img/s against 278); "
+            "fp32 is its fastest (bf16 pays on GPUs from Ampere and CPUs with AVX-512 or AMX)",
             once=True,
         )
     # bf16 kernels from Ampere (compute capability 8.0) on. (torch.cuda.is_bf16_supported() says yes to older GPUs

@@ -79,7 +79,7 @@ class Replicator:
         micro_batch: int | str = "auto",
         precision: str = "fp32",
         *,
-        device: str = "auto",
+        device: str | torch.device = "auto",
         memory_budget: str | int | None = None,
         checkpointing: bool = False,
         compile: bool | str = False,

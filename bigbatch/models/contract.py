@@ -62,6 +62,11 @@ def check_gan(name: str, G: nn.Module, D: nn.Module, n_classes: int, img_channel
                 ) from None
             want = (N, img_channels, resolution, resolution)
             _shape(name, f"G(z, y) on {said}", x, want, "G returns images NCHW at data.resolution")
+            if x.dtype != z.dtype:  # (found from outside: float64 images, torch's error out of the user's D)
+                raise BigbatchError(
+                    f"{name}'s G(z, y) returned {str(x.dtype).removeprefix('torch.')} images for float32 z: G returns "
+                    "images in z's dtype (autocast picks the compute dtype under bf16 and fp16)"
+                )
         logits = D(x, labels)  # ((N, 1) and a patch D's (N, h, w) too: the losses take their means)
         # (found from outside: a head of (N, 3), its classes', trained on their mean without a word)
         wide = isinstance(logits, torch.Tensor) and logits.dim() == 2 and logits.shape[1] != 1
