@@ -6,6 +6,7 @@ import argparse
 import functools
 import hashlib
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,8 @@ def _sample(args: argparse.Namespace) -> None:
                                                               ("--interp", args.interp), ("--ncol", args.ncol))
                                               if on]):  # fmt: skip
         raise BigbatchError(f"--outdir writes a PNG an image: leave out {', '.join(given)}")
-    if args.overwrite and args.outdir is None:
-        raise BigbatchError("--overwrite replaces the PNGs of an earlier draw in --outdir: give --outdir")
+    if args.overwrite and args.outdir is None and args.out is None:
+        raise BigbatchError("--overwrite replaces --out's file or an earlier draw's PNGs in --outdir: give one")
     stale = earlier_draw(args.outdir, args.overwrite)  # (refused before anything is drawn)
     mixing = args.mix_rows is not None or args.mix_cols is not None
     if mixing:
@@ -101,6 +102,8 @@ def _sample(args: argparse.Namespace) -> None:
     args.ncol = min(args.ncol, args.n)  # (a row wider than the samples: found from outside, 342 GiB asked for)
     if args.out is not None:
         out_named(args.out, ".npz" if args.npz else ".png")
+        if os.path.lexists(args.out) and not args.overwrite:  # (found from outside: a 50,000-image .npz replaced)
+            raise BigbatchError(f"{args.out} exists: give --overwrite to replace it, or another --out")
     if not 0 <= args.standing_stats <= MAX_STANDING:
         raise BigbatchError(
             f"--standing-stats must be a number of batches, 0 to {MAX_STANDING:,}, got {args.standing_stats}"
@@ -370,7 +373,9 @@ def add_sample_command(sub: Any) -> None:
         "a conditional G's in a folder of each class (StudioGAN's layout, which `bigbatch prepare` reads as classes)",
     )
     s.add_argument(
-        "--overwrite", action="store_true", help="--outdir: replace the PNGs an earlier draw left there (else refused)"
+        "--overwrite",
+        action="store_true",
+        help="replace --out's file, or the PNGs an earlier draw left in --outdir (else refused)",
     )
     s.add_argument(
         "--mix-rows",

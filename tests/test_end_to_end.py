@@ -162,13 +162,17 @@ def test_sample_classes_are_names_before_numbers(run, tmp_path, capsys):
     (ckpt / "meta.json").write_text(json.dumps(meta))
 
     def drawn(ckpt, classes):
-        assert main(["sample", str(ckpt), "--npz", "--n", "2", "--classes", classes, "--out", "c.npz"]) == 0
+        argv = ["sample", str(ckpt), "--npz", "--n", "2", "--classes", classes, "--out", "c.npz", "--overwrite"]
+        assert main(argv) == 0
         return np.load("c.npz")["arr_0"]
 
     plain = run / "checkpoints" / "000000.512"
     assert np.array_equal(drawn(ckpt, "10"), drawn(plain, "1"))  # the folder named 10 is class number 1
     assert np.array_equal(drawn(ckpt, "1"), drawn(plain, "0"))
-    capsys.readouterr()
+    capsys.readouterr()  # An --out that exists is kept unless --overwrite (found from outside: a FID draw replaced).
+    assert main(["sample", str(plain), "--npz", "--n", "1", "--out", "c.npz"]) == 2
+    assert capsys.readouterr().err.endswith(": c.npz exists: give --overwrite to replace it, or another --out\n")
+    assert np.array_equal(np.load("c.npz")["arr_0"], drawn(plain, "0"))
     for bad, words in (("3,,5", "empty entry"), ("cat", "neither a class number nor a class name")):
         assert main(["sample", str(ckpt), "--classes", bad]) == 2 and words in capsys.readouterr().err
     assert main(["sample", str(ckpt), "--seed", "-1"]) == 2

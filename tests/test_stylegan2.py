@@ -345,7 +345,7 @@ def test_exported_stylegan2_draws_each_layers_fixed_noise_and_sample_truncates_w
     assert (exported(*drawn).int() - torch.from_numpy(np.load(out)["arr_0"]).int()).abs().max() <= 1
     assert main(["sample", str(tmp_path / "r"), "--noise-mode", "fixed"]) == 2
     # --seeds: an image a seed, z as ADA's generate.py draws it (found from outside: its seed 85 could not be redrawn).
-    seeds = ["--seeds", "85,2-3", "--noise-mode", "const", "--npz", "--out", out]
+    seeds = ["--seeds", "85,2-3", "--noise-mode", "const", "--overwrite", "--npz", "--out", out]
     assert main(["sample", str(run), *seeds, "--classes", "4"]) == 0
     ada = torch.from_numpy(np.stack([np.random.RandomState(s).randn(1, 16)[0] for s in (85, 2, 3)])).float()
     drawn = torch.from_numpy(np.load(out)["arr_0"])
