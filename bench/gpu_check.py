@@ -377,14 +377,15 @@ def steps(args: argparse.Namespace, work: Path) -> list[Step]:
         ),
         Step(
             "sample-biggan",
-            [*bigbatch, "sample", str(runs / "biggan128"), "--interp", "--out", str(out / "biggan-interp.png")],
+            [*bigbatch, "sample", str(runs / "biggan128"), "--interp", "--overwrite"]
+            + ["--out", str(out / "biggan-interp.png")],  # (its own, from a check before)
             60,
             needs=("train-biggan128",),
         ),
         Step(
             "sample-stylegan2",
             [*bigbatch, "sample", str(runs / "stylegan2-diffaugment"), "--n", "16", "--psi", "0.7"]
-            + ["--out", str(out / "stylegan2.png")],
+            + ["--overwrite", "--out", str(out / "stylegan2.png")],  # (its own, from a check before)
             60,
             needs=("train-stylegan2-diffaugment",),
         ),
