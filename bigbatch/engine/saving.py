@@ -23,26 +23,32 @@ from bigbatch.errors import BigbatchError, warn
 PLAIN = (bool, int, float, str, type(None))  # what a value may hold, with tensors (weights_only reads them back)
 
 
+def _stateful(value: Any) -> bool:
+    """An object saved by its state_dict() and restored by its load_state_dict() (a learning-rate scheduler, a
+    GradScaler, a user's own), other than a model or an optimizer."""
+    plain = not isinstance(value, (nn.Module, torch.optim.Optimizer))
+    return plain and callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None))
+
+
 def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
-    """Write `objects` (name -> a model, an optimizer, or plain data: numbers, strings, tensors, and lists
-    and dicts of them) to the folder `path`. Called on every rank: they check that they hold rank 0's weights,
-    the main process writes (the RNG saved is its), and every rank returns once it has written, or raises."""
+    """Write `objects` (name -> a model, an optimizer, an object of state_dict() and load_state_dict() such as a
+    learning-rate scheduler, or plain data: numbers, strings, tensors, and lists and dicts of them) to the folder
+    `path`. Called on every rank: they check that they hold rank 0's weights, the main process writes (the RNG saved
+    is its), and every rank returns once it has written, or raises."""
     path = Path(path)
     nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
     optimizers = {k: v.state_dict() for k, v in objects.items() if isinstance(v, torch.optim.Optimizer)}
-    values = {k: _plain_value(v) for k, v in objects.items() if k not in nets and k not in optimizers}
-    for key, value in values.items():
+    # (found from outside: a scheduler, which Accelerate and Lightning save, was refused)
+    stateful = {k: _plain_value(v.state_dict()) for k, v in objects.items() if _stateful(v)}
+    values = {k: _plain_value(v) for k, v in objects.items() if k not in nets and k not in optimizers | stateful}
+    for key, value in {**values, **stateful}.items():
         if not _plain_data(value):
-            # (found from outside: a scheduler, which Accelerate and Lightning save, refused without the way to)
-            hint = (
-                f": give {key}.state_dict(), and load_state_dict what load returns"
-                if hasattr(objects[key], "state_dict")
-                else ""
-            )
+            what = f"{key!r}'s state_dict() is not plain data" if key in stateful else f"{key!r} holds a "
+            what += "" if key in stateful else f"{type(value).__name__} object"
             raise BigbatchError(
-                f"Replicator.save: {key!r} holds a {type(value).__name__} object; give models, optimizers, or plain "
-                "data (numbers, strings, tensors, lists and dicts of them), which load reads back without unpickling"
-                + hint
+                f"Replicator.save: {what}; give models, optimizers, objects of state_dict() and load_state_dict() "
+                "(a scheduler) whose state is plain data, or plain data (numbers, strings, tensors, lists and dicts "
+                "of them), which load reads back without unpickling"
             )
     if path.exists() and not (path / "meta.json").is_file():  # (the folder is replaced whole)
         raise BigbatchError(f"Replicator.save: {path} exists and is not a checkpoint; give a new path")
@@ -55,7 +61,7 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     failed, error = None, None
     if rep.is_main:
         try:
-            _write(rep, path, objects, nets, optimizers, values)
+            _write(rep, path, objects, nets, optimizers, values, stateful)
         except Exception as e:  # (any: the other ranks wait for the word; found by review, an OSError hung them)
             failed, error = (str(e) if isinstance(e, BigbatchError) else f"{type(e).__name__}: {e}"), e
     if rep.world_size > 1:  # every rank returns once the checkpoint is written, or raises as rank 0 does
@@ -74,6 +80,7 @@ def _write(
     nets: dict[str, nn.Module],
     optimizers: dict[str, Any],
     values: dict[str, Any],
+    stateful: dict[str, Any],
 ) -> None:
     """Rank 0's part of `save`: the folder written, and put in place of the one before."""
     # The engine's state of each optimizer (loss scaler, skip history) under the name it is saved under, as its
@@ -82,8 +89,8 @@ def _write(
     engine["optimizers"] = {
         k: engine["optimizers"][rep.optimizers[id(v)].name] for k, v in objects.items() if id(v) in rep.optimizers
     }
-    kinds = {k: type(v).__name__ for k, v in objects.items() if k in optimizers}
-    state = {"optimizers": optimizers, "values": values, "replicator": engine, "kinds": kinds}
+    kinds = {k: type(v).__name__ for k, v in objects.items() if k in optimizers or k in stateful}
+    state = {"optimizers": optimizers, "values": values, "replicator": engine, "kinds": kinds, "stateful": stateful}
     state["engine_by"] = "saved name"
     state.update(rng_state(rep.device))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,24 +120,28 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             "weights with safetensors (each net's .safetensors), or load the run with bigbatch's loaders"
         )
     for key, value in objects.items():
-        if not isinstance(value, (nn.Module, torch.optim.Optimizer)):
+        if not isinstance(value, (nn.Module, torch.optim.Optimizer)) and not _stateful(value):
             raise BigbatchError(
-                f"Replicator.load restores models and optimizers, not {key!r} ({type(value).__name__}): the plain "
-                "values saved come back as what load returns"
+                f"Replicator.load restores models, optimizers and objects of load_state_dict(), not {key!r} "
+                f"({type(value).__name__}): the plain values saved come back as what load returns"
             )
     nets = {k: _plain(rep, v) for k, v in objects.items() if isinstance(v, nn.Module)}
     saved = {f[: -len(".safetensors")] for f in meta.get("files", {}) if f.endswith(".safetensors")}
     weights, state = checkpoints.load_checkpoint(path, tuple(k for k in nets if k in saved))
-    missing = [
-        k
-        for k, v in objects.items()
-        if k not in (saved if isinstance(v, nn.Module) else state["optimizers"])  # (of its kind: a model's name
-    ]  # given for an optimizer is missing too)
-    if missing:
+    stateful = state.get("stateful", {})
+    held = {"model": saved, "optimizer": state["optimizers"], "object of load_state_dict()": stateful}
+    missing = [k for k, v in objects.items() if k not in held[_kind(v)]]  # (of its kind: a model's name given for
+    if missing:  # an optimizer is missing too)
+        also = f" and objects {sorted(stateful)}" if stateful else ""
         raise BigbatchError(
             f"Replicator.load: {path} holds no {_kind(objects[missing[0]])} {missing[0]!r}; it holds models "
-            f"{sorted(saved)} and optimizers {sorted(state['optimizers'])} (restored by the names saved under)"
+            f"{sorted(saved)}, optimizers {sorted(state['optimizers'])}{also} (restored by the names saved under)"
         )
+    for key, value in objects.items():
+        if (was := state.get("kinds", {}).get(key)) is not None and _stateful(value) and was != type(value).__name__:
+            raise BigbatchError(
+                f"Replicator.load: {key!r} was saved as a {was}, and is given as a {type(value).__name__}"
+            )
     engine = _engine_state(rep, objects, state)  # (checked before anything is restored)
     for key, opt in objects.items():
         if isinstance(opt, torch.optim.Optimizer):
@@ -140,9 +151,12 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
     for key, opt in objects.items():
         if isinstance(opt, torch.optim.Optimizer):
             prec.load_optimizer(opt, state["optimizers"][key])
+    for key, value in objects.items():  # (after the optimizers: a scheduler's state is of its optimizer's)
+        if _stateful(value):
+            value.load_state_dict(stateful[key])
     rep.load_state_dict(engine)
     restore_rng(state, rep.device)
-    if rep.is_main and (left := sorted((saved | set(state["optimizers"])) - set(objects))):  # (outside: unsaid)
+    if rep.is_main and (left := sorted((saved | set(state["optimizers"]) | set(stateful)) - set(objects))):
         warn(f"Replicator.load: {path} also holds {', '.join(map(repr, left))}, not restored (not given to load)")
     return state["values"]
 
@@ -185,7 +199,9 @@ def _plain(rep: Any, module: nn.Module) -> nn.Module:
 
 
 def _kind(value: Any) -> str:
-    return "model" if isinstance(value, nn.Module) else "optimizer"
+    if isinstance(value, nn.Module):
+        return "model"
+    return "optimizer" if isinstance(value, torch.optim.Optimizer) else "object of load_state_dict()"
 
 
 def _plain_value(value: Any) -> Any:
