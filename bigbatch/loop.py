@@ -211,6 +211,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # writes nothing more; the first error is the one raised.
     failed: BaseException | None = None
     sheet_failed = False  # (one process: its failed write was a sample sheet's, and its weights can still be saved)
+    sheet_pending = False  # (a sample sheet due that failed: in the checkpoints written since, for the resume)
 
     def evaluate() -> bool:
         """Score the task (every rank) and log it, keeping the best (rank 0); False if a stop cut it short."""
@@ -246,7 +247,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
         """The log row under way, and whether an evaluation due was cut short, or a sample sheet due not written
         (the resumed run makes them)."""
         pending = {"eval_pending": True} if eval_pending else {}
-        return {**progress.window.state(), **pending, **({"sheet_pending": True} if sheet_failed else {})}
+        return {**progress.window.state(), **pending, **({"sheet_pending": True} if sheet_pending else {})}
 
     # An evaluation due at the checkpoint resumed, which a stop cut short: made first (and recorded made).
     eval_pending = bool(run.log_window and run.log_window.get("eval_pending")) and task.scorer is not None
@@ -364,7 +365,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                         run.write_previews(task, nimg, at_checkpoint=False)
                     except (BigbatchError, OSError) as e:  # (one process saves where it is as it stops: found from
                         failed, sheet_failed = e, rep.world_size == 1  # outside, its training since the last
-                        # checkpoint was lost; several leave it to their last checkpoint, as for any failed write)
+                        sheet_pending = True  # checkpoint was lost; several keep to their last, as for any write)
                 if save:
                     run.save(task, rep, nimg, progress.seconds(), window(), replace=evaluating)
                     if failed is None and not evaluating:  # (those of one written before its evaluation: with it)

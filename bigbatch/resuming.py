@@ -117,10 +117,15 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
     the precision and what guards against divergence."""
     cfg, saved, given, changed, allowed, fixed = _compare(saved_config, cfg, recovery)
     if "task" in fixed:  # (found from outside: of a checkpoint copied in from another task's run, "drop the
-        raise BigbatchError(  # override" was advised where none was given)
-            f"{what} was trained as a {saved['task']} run, and the config given is a {given['task']} one: resume "
-            "with the run's own (a bare --resume takes it; in Python, bigbatch.Config.load(RUN)); or, if that "
-            "checkpoint was copied in from another run, remove it from this one's checkpoints"
+        # override" was advised where none was given)
+        was = f"{what} was trained as a {saved['task']} run"
+        ckpts = saved_config.parent.parent  # (a checkpoint's config.toml: RUN/checkpoints/NAME/config.toml)
+        if ckpts.name == "checkpoints" and _task_of(ckpts.parent / "config.toml") == given["task"]:  # (the run's)
+            raise BigbatchError(f"{was}, and this run is a {given['task']} one: it was copied in from another run; "
+                                "remove it from this run's checkpoints")  # fmt: skip
+        raise BigbatchError(
+            f"{was}, and the config given is a {given['task']} one: resume with the run's own (a bare --resume "
+            "takes it; in Python, bigbatch.Config.load(RUN))"
         )
     if fixed:
         shown = _shown(fixed, saved, given)
@@ -146,6 +151,16 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
         shown = ", ".join(f"{k} {saved.get(k)!r} -> {given[k]!r}" for k in rescued)
         warn(f"resuming with {shown}: from here the run computes otherwise than it began", once=True)
     return cfg
+
+
+def _task_of(config: Path) -> str | None:
+    """The task a run's config.toml names (None: no such file, or one that does not read)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(config.read_text()).get("task", "gan")
+    except (OSError, ValueError):
+        return None
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

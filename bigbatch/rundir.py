@@ -492,8 +492,8 @@ def check_resume(run: Path, resume: bool | Literal["auto"]) -> bool | Literal["a
         )
     if not holds_run and (run / "metrics.jsonl").exists():  # (found from outside: a new run's rows joined another's)
         raise BigbatchError(
-            f"{run} holds a metrics.jsonl but no run (no config.toml, no checkpoints/): the new run's rows would "
-            "join those; give an empty or new --run-dir (run_dir=), or move that file away"
+            f"{run} holds a metrics.jsonl but no run (no config.toml, no checkpoints/): nothing to resume, and a new "
+            "run's rows would join those; give an empty or new --run-dir (run_dir=), or move that file away"
         )
     if resume == "auto":
         resume = holds_run

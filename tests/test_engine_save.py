@@ -118,7 +118,7 @@ def test_what_cannot_be_saved_or_loaded_is_one_line(tmp_path):
         def load_state_dict(self, state):
             pass
 
-    with pytest.raises(bigbatch.BigbatchError, match="'held''s state_dict\\(\\) is not plain data; give models"):
+    with pytest.raises(bigbatch.BigbatchError, match="the state_dict\\(\\) of 'held' is not plain data; give models"):
         rep.save(tmp_path / "c", model=model, held=Holder())
     rep.save(tmp_path / "c", model=model, opt=opt)
     with pytest.raises(bigbatch.BigbatchError, match=r"holds no model 'ema'; it holds models \['model'\], optimizers"):
@@ -319,3 +319,7 @@ def test_a_scheduler_is_saved_by_its_state_dict_and_restored_by_load(tmp_path):
     assert sched.last_epoch == 3
     trained(3, 6, rep, net, opt, sched)
     assert sched.get_last_lr() == lr and all(torch.equal(v, whole[k]) for k, v in model.state_dict().items())
+    # Its state saved as a plain value (as this engine asked before it kept schedulers): said how to take it.
+    rep.save(tmp_path / "old", model=net, opt=opt, sched=sched.state_dict())
+    with pytest.raises(bigbatch.BigbatchError, match=r"'sched' as a plain value: .*load_state_dict\(values"):
+        rep.load(tmp_path / "old", model=model, opt=opt, sched=sched)

@@ -9,6 +9,14 @@ TINY = ["--preset", "digits", "data.resolution=16", "model.ch=8", "model.dim_z=1
 TINY += ["eval.every_kimg=0", "sample.every_kimg=0"]
 
 
+def test_the_built_in_sets_classes_are_known_without_making_them():
+    from bigbatch.data.builtin import BUILTIN, CHANNELS, CLASSES
+
+    assert CLASSES.keys() == BUILTIN.keys()
+    made = BUILTIN["digits"](8)
+    assert made.class_names == CLASSES["digits"] and made.channels == CHANNELS
+
+
 def test_a_dry_run_refuses_the_fine_tunes_the_run_refuses(tmp_path, capsys):
     cfg = bigbatch.preset("digits").override(dict(parse_override(a) for a in TINY[2:]) | {"train.kimg": 0.008})
     bigbatch.train(cfg, run_dir=tmp_path / "pretrained", quiet=True)

@@ -141,7 +141,10 @@ def test_a_folder_that_is_not_this_runs_is_said_so(tiny, tmp_path):
     (gan / "checkpoints" / "latest").write_text("000000.600\n")
     with pytest.raises(bigbatch.BigbatchError) as refused:
         bigbatch.train(tiny.override({"train.kimg": 0.7}), run_dir=gan, resume=True, quiet=True)
-    assert str(refused.value).startswith(
-        f"checkpoint {copied} was trained as a classify run, and the config given is a gan one: resume with the "
-        "run's own (a bare --resume takes it"
+    assert str(refused.value) == (
+        f"checkpoint {copied} was trained as a classify run, and this run is a gan one: it was copied in from another "
+        "run; remove it from this run's checkpoints"
     )
+    (gan / "checkpoints" / "latest").write_text("000000.128\n")  # (its own again: the config given is another's)
+    with pytest.raises(bigbatch.BigbatchError, match="trained as a gan run, and the config given is a classify one"):
+        bigbatch.train(classifier(**{"train.kimg": 0.7}), run_dir=gan, resume=True, quiet=True)

@@ -77,7 +77,7 @@ def digits(resolution: int) -> ImageData:
     """scikit-learn's 1,797 handwritten digits (8x8, 17 grey levels), upscaled to `resolution`."""
     images, target = _digits_arrays()
     images = _resize_gray(images, 16.0, resolution, "digits")
-    return ImageData(images, torch.from_numpy(target).long(), CLASSES["digits"], "builtin:digits")
+    return ImageData(images, torch.from_numpy(target).long(), list(CLASSES["digits"]), "builtin:digits")
 
 
 def read_idx(path: Path) -> np.ndarray:

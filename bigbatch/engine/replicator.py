@@ -505,13 +505,13 @@ class Replicator:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, path: str | Path, **objects: Any) -> Path:
-        """Write a checkpoint folder at `path` (call it on every rank; the main process writes): models (prepared or
-        not; weights in safetensors), optimizers, plain values (a step count, ...), this engine's state and the RNG."""
+        """Write a checkpoint folder at `path` (on every rank; the main process writes): models (prepared or not;
+        safetensors), optimizers, schedulers, plain values (a step count, ...), this engine's state and the RNG."""
         return saving.save(self, path, objects)
 
     def load(self, path: str | Path, **objects: Any) -> dict[str, Any]:
-        """Restore what `save` wrote into the models and optimizers given by the same names (every rank);
-        return the plain values saved. A step later is the step the saving run took then, bit for bit."""
+        """Restore what `save` wrote into the models, optimizers and schedulers given by the same names (every
+        rank); return the plain values saved. A step later is the step the saving run took then, bit for bit."""
         return saving.load(self, path, objects)
 
     def state_dict(self) -> dict[str, Any]:

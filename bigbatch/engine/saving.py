@@ -43,7 +43,7 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     values = {k: _plain_value(v) for k, v in objects.items() if k not in nets and k not in optimizers | stateful}
     for key, value in {**values, **stateful}.items():
         if not _plain_data(value):
-            what = f"{key!r}'s state_dict() is not plain data" if key in stateful else f"{key!r} holds a "
+            what = f"the state_dict() of {key!r} is not plain data" if key in stateful else f"{key!r} holds a "
             what += "" if key in stateful else f"{type(value).__name__} object"
             raise BigbatchError(
                 f"Replicator.save: {what}; give models, optimizers, objects of state_dict() and load_state_dict() "
@@ -105,8 +105,8 @@ def _old(path: Path) -> Path:
 
 
 def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
-    """Restore the models and optimizers of `objects` (by the names they were saved under), the engine's
-    state and the RNGs from the folder `path`; return the plain values saved with them."""
+    """Restore the models, optimizers and objects of load_state_dict() of `objects` (by the names they were saved
+    under), the engine's state and the RNGs from the folder `path`; return the plain values saved with them."""
     path = Path(path)
     if not path.exists() and checkpoints.read_meta(_old(path)) is not None:  # (a save cut between its renames)
         path = _old(path)
@@ -133,6 +133,11 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k, v in objects.items() if k not in held[_kind(v)]]  # (of its kind: a model's name given for
     if missing:  # an optimizer is missing too)
         also = f" and objects {sorted(stateful)}" if stateful else ""
+        if missing[0] in state["values"] and _stateful(objects[missing[0]]):  # (saved by its state_dict(), as this
+            raise BigbatchError(  # said before it kept such objects itself)
+                f"Replicator.load: {path} holds {missing[0]!r} as a plain value: leave it out of load and give "
+                f"what load returns to its load_state_dict(): {missing[0]}.load_state_dict(values[{missing[0]!r}])"
+            )
         raise BigbatchError(
             f"Replicator.load: {path} holds no {_kind(objects[missing[0]])} {missing[0]!r}; it holds models "
             f"{sorted(saved)}, optimizers {sorted(state['optimizers'])}{also} (restored by the names saved under)"
@@ -153,7 +158,13 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             prec.load_optimizer(opt, state["optimizers"][key])
     for key, value in objects.items():  # (after the optimizers: a scheduler's state is of its optimizer's)
         if _stateful(value):
-            value.load_state_dict(stateful[key])
+            try:
+                value.load_state_dict(stateful[key])
+            except Exception as e:  # noqa: BLE001 -- the object's own refusal, in one line
+                raise BigbatchError(
+                    f"Replicator.load: {key!r} ({type(value).__name__}) did not take its saved state "
+                    f"({type(e).__name__}: {e}); the models and optimizers are restored: build it as it was saved"
+                ) from None
     rep.load_state_dict(engine)
     restore_rng(state, rep.device)
     if rep.is_main and (left := sorted((saved | set(state["optimizers"]) | set(stateful)) - set(objects))):
