@@ -210,8 +210,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     # after one more step under torchrun (the ranks' vote is read an iteration late: dist.StopVote), which
     # writes nothing more; the first error is the one raised.
     failed: BaseException | None = None
-    sheet_failed = False  # (one process: its failed write was a sample sheet's, and its weights can still be saved)
-    sheet_pending = False  # (a sample sheet due that failed: in the checkpoints written since, for the resume)
+    sheet_pending = False  # (rank 0's failed write was a sample sheet's: in the checkpoints written since, for the
+    # resume; one process can still save its weights)
 
     def evaluate() -> bool:
         """Score the task (every rank) and log it, keeping the best (rank 0); False if a stop cut it short."""
@@ -364,8 +364,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                     try:
                         run.write_previews(task, nimg, at_checkpoint=False)
                     except (BigbatchError, OSError) as e:  # (one process saves where it is as it stops: found from
-                        failed, sheet_failed = e, rep.world_size == 1  # outside, its training since the last
-                        sheet_pending = True  # checkpoint was lost; several keep to their last, as for any write)
+                        failed, sheet_pending = e, True  # outside, its training since the last checkpoint was lost;
+                        # several keep to their last, as for any failed write)
                 if save:
                     run.save(task, rep, nimg, progress.seconds(), window(), replace=evaluating)
                     if failed is None and not evaluating:  # (those of one written before its evaluation: with it)
@@ -383,8 +383,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             if failed is None:
                 progress.close()
                 raise
-            sheet_failed = False  # (weights not to save)
-        if failed is not None and sheet_failed:  # (a sheet's write failed: the weights can still be saved)
+            sheet_pending = False  # (weights not to save)
+        if failed is not None and sheet_pending and rep.world_size == 1:  # (a sheet's write failed: weights saved)
             try:
                 if not stopped:  # (the run's last step: checked as every save is)
                     check_replicas(task, nimg)

@@ -155,11 +155,9 @@ def resume_config(saved_config: Path, cfg: Config, what: str, recovery: bool = T
 
 def _task_of(config: Path) -> str | None:
     """The task a run's config.toml names (None: no such file, or one that does not read)."""
-    import tomllib
-
     try:
-        return tomllib.loads(config.read_text()).get("task", "gan")
-    except (OSError, ValueError):
+        return read_toml(config).get("task", Config.task)
+    except BigbatchError:
         return None
 
 

@@ -45,8 +45,8 @@ def context(device: str | torch.device = "auto") -> Context:
     if isinstance(device, torch.device) and device.index in (None, local_rank if device.type == "cuda" else None):
         device = device.type  # (found from outside: torch.device("cpu") refused, which accelerate takes)
     if device not in ("auto", "cpu", "cuda"):
-        other = f" (GPU {device.index}: CUDA_VISIBLE_DEVICES={device.index} makes it this rank's)" if isinstance(
-            device, torch.device) and device.type == "cuda" else ""  # fmt: skip
+        gpu = isinstance(device, torch.device) and device.type == "cuda"  # (another GPU than this rank's)
+        other = f" (GPU {device.index}: CUDA_VISIBLE_DEVICES={device.index} makes it this rank's)" if gpu else ""
         raise BigbatchError(
             f"device (train.device) must be 'auto', 'cpu' or 'cuda' (each rank takes GPU LOCAL_RANK, here "
             f"{local_rank}), got {device!r}{other}"

@@ -43,8 +43,8 @@ def save(rep: Any, path: str | Path, objects: dict[str, Any]) -> Path:
     values = {k: _plain_value(v) for k, v in objects.items() if k not in nets and k not in optimizers | stateful}
     for key, value in {**values, **stateful}.items():
         if not _plain_data(value):
-            what = f"the state_dict() of {key!r} is not plain data" if key in stateful else f"{key!r} holds a "
-            what += "" if key in stateful else f"{type(value).__name__} object"
+            what = f"the state_dict() of {key!r} is not plain data" if key in stateful else (
+                f"{key!r} holds a {type(value).__name__} object")  # fmt: skip
             raise BigbatchError(
                 f"Replicator.save: {what}; give models, optimizers, objects of state_dict() and load_state_dict() "
                 "(a scheduler) whose state is plain data, or plain data (numbers, strings, tensors, lists and dicts "
@@ -142,15 +142,12 @@ def load(rep: Any, path: str | Path, objects: dict[str, Any]) -> dict[str, Any]:
             f"Replicator.load: {path} holds no {_kind(objects[missing[0]])} {missing[0]!r}; it holds models "
             f"{sorted(saved)}, optimizers {sorted(state['optimizers'])}{also} (restored by the names saved under)"
         )
-    for key, value in objects.items():
-        if (was := state.get("kinds", {}).get(key)) is not None and _stateful(value) and was != type(value).__name__:
-            raise BigbatchError(
-                f"Replicator.load: {key!r} was saved as a {was}, and is given as a {type(value).__name__}"
-            )
     engine = _engine_state(rep, objects, state)  # (checked before anything is restored)
-    for key, opt in objects.items():
-        if isinstance(opt, torch.optim.Optimizer):
-            _check_optimizer(key, opt, state)
+    for key, value in objects.items():
+        if not isinstance(value, nn.Module):
+            _check_kind(key, value, state)
+        if isinstance(value, torch.optim.Optimizer):
+            _check_groups(key, value, state)
     for key, net in nets.items():
         checkpoints.load_weights(net, weights[key], f"{path / key}.safetensors", model=f"the model given as {key!r}")
     for key, opt in objects.items():
@@ -189,13 +186,17 @@ def _engine_state(rep: Any, objects: dict[str, Any], state: dict[str, Any]) -> d
     return {**engine, "optimizers": {**now, **{names[k]: engine["optimizers"].get(k, now[names[k]]) for k in given}}}
 
 
-def _check_optimizer(key: str, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """The optimizer given as `key` is of the kind saved under that name, over as many parameters in each group
-    (found from outside: an SGD took an Adam's state and failed at its first step; one of other groups failed in
-    torch's words, the models already restored)."""
+def _check_kind(key: str, value: Any, state: dict[str, Any]) -> None:
+    """The optimizer or scheduler given as `key` is of the kind saved under that name (found from outside: an SGD
+    took an Adam's state and failed at its first step)."""
     was = state.get("kinds", {}).get(key)
-    if was is not None and was != type(opt).__name__:
-        raise BigbatchError(f"Replicator.load: {key!r} was saved as a {was}, and is given as a {type(opt).__name__}")
+    if was is not None and was != type(value).__name__:
+        raise BigbatchError(f"Replicator.load: {key!r} was saved as a {was}, and is given as a {type(value).__name__}")
+
+
+def _check_groups(key: str, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """The optimizer given as `key` is over as many parameters in each group as saved (found from outside: one of
+    other groups failed in torch's words, the models already restored)."""
     saved = [len(g["params"]) for g in state["optimizers"][key]["param_groups"]]
     if saved != [len(g["params"]) for g in opt.param_groups]:
         raise BigbatchError(

@@ -16,6 +16,12 @@ from bigbatch.tasks.classify.validation import Validation, scores_top5
 PLATEAU_THRESHOLD = 1e-4  # PyTorch's ReduceLROnPlateau's (relative), as timm's --sched plateau leaves it
 
 
+def scored_metric(cfg: Config) -> tuple[str, bool]:
+    """The held-out score a run follows (eval.best; val_top1 by default), and whether higher is better."""
+    metric = cfg.eval.best or "val_top1"
+    return metric, metric != "val_loss"
+
+
 class Plateau:
     """train.lr_decay = "plateau", as timm's --sched plateau (PyTorch's ReduceLROnPlateau after the warm-up): the
     scored metric (eval.best; val_top1 by default) not better than its best by a relative 1e-4 for more than
@@ -24,7 +30,7 @@ class Plateau:
 
     def __init__(self, cfg: Config):
         t = cfg.train
-        self.metric, self.higher = cfg.eval.best or "val_top1", (cfg.eval.best or "val_top1") != "val_loss"
+        self.metric, self.higher = scored_metric(cfg)
         self.patience, self.gamma, self.warmup = t.plateau_patience, t.lr_gamma, t.warmup_kimg
         self.factor, self.best, self.bad = 1.0, None, 0
         self.floor = t.lr_min / t.lr  # (train.lr_min as a share of train.lr: both are scaled to the batch alike)
@@ -74,7 +80,7 @@ class ClassifyScorer:
             rep.world_size,
             rotation=task.rotation,
         )
-        metric = cfg.eval.best or "val_top1"
+        metric, higher = scored_metric(cfg)
         if metric == "val_top5" and not scores_top5(self.validation.classes):
             raise BigbatchError(
                 f"eval.best = 'val_top5' is 100 at every evaluation of {self.validation.classes} classes (top-5 "
@@ -87,7 +93,7 @@ class ClassifyScorer:
             "rect": cfg.data.val_rect,
             **({"resolution": cfg.eval.resolution} if cfg.eval.resolution else {}),
         }
-        self.tracker = Best(metric, metric != "val_loss", settings, run, resumed_at, quiet)
+        self.tracker = Best(metric, higher, settings, run, resumed_at, quiet)
 
     def __call__(self) -> dict[str, float]:
         if self.task.cfg.eval.standing_stats:
