@@ -156,7 +156,8 @@ class _Reader(Dataset):
     def __init__(self, data: Any, xflip: bool, seed: int, crop_scale: float = 0.0, on_device: bool = False):
         self.data, self.xflip, self.seed, self.crop_scale, self.on_device = data, xflip, seed, crop_scale, on_device
 
-    def __getitem__(self, request: Step | torch.Tensor) -> Batch:
+    def __getitem__(self, request: Step | torch.Tensor | np.ndarray) -> Batch:
+        request = _from_value(request)
         try:
             return read_batch(self.data, request, self.xflip, self.seed, self.crop_scale, self.on_device)
         except BigbatchError as e:
@@ -177,11 +178,28 @@ class DataReadError(BigbatchError):
 
 
 class _Requests:
+    """The requests as the workers get them: each index tensor a NumPy array, pickled by value. A tensor goes to a
+    worker by a file descriptor this process serves from a thread of its own, one connection a step; a worker
+    killed at exit while it fetched one left that thread's traceback on stderr (found in the test suite)."""
+
     def __init__(self, requests: Iterable):
         self.requests = requests
 
     def __iter__(self) -> Iterator:
-        return iter(self.requests)
+        for request in self.requests:
+            if isinstance(request, torch.Tensor):
+                yield request.numpy(force=True)
+            else:
+                yield request._replace(indices=request.indices.numpy(force=True))
+
+
+def _from_value(request: Step | torch.Tensor | np.ndarray) -> Step | torch.Tensor:
+    """A request of _Requests with its index tensor again."""
+    if isinstance(request, np.ndarray):
+        return torch.from_numpy(request)
+    if isinstance(request.indices, np.ndarray):
+        return request._replace(indices=torch.from_numpy(request.indices))
+    return request
 
 
 def _identity(batch: Batch) -> Batch:
