@@ -133,7 +133,9 @@ def find_checkpoint(path: str | Path, reader: bool = False) -> Path:
                 f"{path} is a folder of runs ({named_few(runs, 3)}): give one of them, {path}/<run>; `bigbatch plot "
                 f"{path}` draws them all"
             )
-        raise BigbatchError(exported_said(path) or f"{path} is neither a run directory nor a checkpoint folder")
+        if said := exported_said(path):
+            raise BigbatchError(said)
+        raise NotARun(f"{path} is neither a run directory nor a checkpoint folder")
     complete = checkpoints.complete_checkpoints(path)
     name = latest_name(path)
     # (complete though not listed: the run renamed it in after the listing, and may have pruned the one before;
@@ -290,6 +292,11 @@ def read_picked(path: str | Path, which: str, read: Callable[[Path], T]) -> T:
     if which == "latest":
         return read_newest(path, read)
     return read(pick_checkpoint(path, which))
+
+
+class NotARun(BigbatchError):
+    """A path that is no run nor checkpoint, nor anything else find_checkpoint knows (a command that takes more,
+    as merge a DeepFaceLab model, says that too)."""
 
 
 def read_newest(path: str | Path, read: Callable[[Path], T], tries: int = 5) -> T:

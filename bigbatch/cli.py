@@ -555,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         status = args.func(args)  # None, or the exit status of what ran elsewhere (bigbatch launch)
     except signals.Terminated:
         _kept(args)
-        print(STOPPED, file=sys.stderr)
+        if not cli_errors.another_rank_said():  # (torchrun's stop of the others: that rank's line says why)
+            print(STOPPED, file=sys.stderr)
         return 128 + signal.SIGTERM
     except BigbatchError as e:
         say_error(str(e))

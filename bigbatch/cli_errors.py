@@ -57,17 +57,33 @@ def say_error(line: str) -> None:
         print(f"bigbatch: error: {printable(line)}", file=sys.stderr)
 
 
-def _first_to_say(line: str) -> bool:
-    """Whether no other rank of this torchrun launch on this machine has said `line`: each marks it in the
-    launch's own folder, which torchrun makes for this attempt of the group (private, removed when it ends);
-    always, outside torchrun (or where that folder is not there)."""
+def another_rank_said() -> bool:
+    """Whether a rank of this torchrun launch on this machine has said an error line: torchrun then stops the
+    others with SIGTERM, whose "stopped" line would blame a stop nobody asked for (found from outside)."""
+    attempt = _attempt_folder()
+    return attempt is not None and any(name.startswith(SAID) for name in os.listdir(attempt))
+
+
+SAID = "bigbatch-said-"
+
+
+def _attempt_folder() -> str | None:
+    """The folder torchrun makes for this attempt of the group (private, removed when it ends); None outside
+    torchrun (or where that folder is not there)."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
     attempt = os.path.dirname(os.path.dirname(error_file))  # (.../attempt_N/RANK/error.json)
-    if not error_file or "LOCAL_RANK" not in os.environ or not os.path.isdir(attempt):
+    return attempt if error_file and "LOCAL_RANK" in os.environ and os.path.isdir(attempt) else None
+
+
+def _first_to_say(line: str) -> bool:
+    """Whether no other rank of this torchrun launch on this machine has said `line`: each marks it in the
+    launch's own folder (_attempt_folder); always, outside torchrun."""
+    attempt = _attempt_folder()
+    if attempt is None:
         return True
     # (the agent's pid too: a command a rank itself starts inherits the folder, and says its own lines)
     said = f"{os.getppid()}\0{line}".encode(errors="surrogateescape")
-    mark = os.path.join(attempt, f"bigbatch-said-{hashlib.sha256(said).hexdigest()[:32]}")
+    mark = os.path.join(attempt, f"{SAID}{hashlib.sha256(said).hexdigest()[:32]}")
     try:
         os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:

@@ -25,7 +25,8 @@ def _positive(name: str, value: int, low: int = 1, high: int | None = None) -> i
 
 def _extract(args: argparse.Namespace) -> None:
     from bigbatch.data.align import face_type
-    from bigbatch.faces.extract import Settings, extract
+    from bigbatch.faces.extract import Settings, debug_folder, extract
+    from bigbatch.faces.extract_journal import JOURNAL
     from bigbatch.files import atomic_write
 
     kind = face_type(args.face_type)
@@ -47,6 +48,7 @@ def _extract(args: argparse.Namespace) -> None:
         raise BigbatchError("--weights (DFL's S3FD and FAN) and --landmarks-model (dlib's) exclude each other")
     given = args.workers if args.workers is not None else min(8, os.cpu_count() or 1)
     workers = _positive("--workers", given, high=MAX_PROCESSES)
+    made = [p for p in (Path(args.out), debug_folder(Path(args.out))) if not p.exists()]
     done = extract(
         args.src,
         args.out,
@@ -62,6 +64,11 @@ def _extract(args: argparse.Namespace) -> None:
     none = sorted(name for name, n in done.items() if n == 0)
     broken = sorted(name for name, n in done.items() if n is None)
     if broken and len(broken) == len(done):  # (found from outside: nothing extracted, and exit status 0)
+        if out in made:  # (found from outside: the folders it made were left, holding its journal alone)
+            (out / JOURNAL).unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):  # (not empty: kept)
+                folder.rmdir()
         raise BigbatchError(
             f"{args.src}: {'it does not decode' if len(done) == 1 else f'none of its {len(done)} images decodes'} as "
             "an image; give photos or frames (png, jpg, ...)"

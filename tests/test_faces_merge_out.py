@@ -197,8 +197,16 @@ def test_extract_into_the_working_folder_and_not_over_faces_it_did_not_write(wor
 
 
 def test_odd_inputs_of_video_xseg_and_merge_settings_are_named(workflow, capsys):
-    root, _ = workflow
+    root, run = workflow
     assert main(["video", "frames", str(root / "data_dst.mp4"), "f"]) == 0
+    # Found from outside: a model folder that is not one left out the DFL model folders merge takes; two frames of
+    # one name were said to collide as extract's faces, not as the merged frames.
+    Path("empty").mkdir()
+    merging = ["merge", "empty", "f", str(root / "dst_aligned"), "o", "--color", "none"]
+    refused(capsys, merging, "empty is neither a swap run, a checkpoint folder nor a DeepFaceLab SAEHD model folder")
+    shutil.copy("f/00001.png", "f/00001.jpg")
+    refused(capsys, [*merging[:1], str(run), *merging[2:]], "the merged frames (o/00001.png) would collide")
+    Path("f/00001.jpg").unlink()
     refused(capsys, ["video", "frames", "f/00001.png", "v"], "f/00001.png is an image, not a video")
     refused(capsys, ["video", "frames", "none.mp4", "v"], "none.mp4 does not exist: give a video file")
     refused(capsys, ["xseg", "remove", "f"], "holds no aligned faces")  # (PNG frames)

@@ -84,6 +84,7 @@ def test_odd_input_is_one_line(argv, words, tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 2)
     one_line(capsys, argv, words)
     assert not (tmp_path / "s3:").exists()
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o_debug").exists()  # (refused: no folder left made)
 
 
 def test_a_checkpoint_this_user_cannot_read_is_not_taken_for_a_damaged_one(tiny, tmp_path, capsys, monkeypatch):

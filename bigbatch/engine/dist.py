@@ -79,10 +79,36 @@ def init(ctx: Context) -> bool:
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
-    with _stoppable():
+    with _stoppable(), _said_while_waiting(ctx):
         _join(ctx, "nccl" if ctx.device.type == "cuda" else "gloo")
     _USERS[0] = 1
     return True
+
+
+WAIT_SAID_AFTER_S = 30.0  # a group not met by then is said to be waited for (once, by each machine's first rank)
+
+
+@contextlib.contextmanager
+def _said_while_waiting(ctx: Context) -> Iterator[None]:
+    """One line on stderr should the group take WAIT_SAID_AFTER_S to meet: whom this process waits for, and where
+    that comes from (found from outside: RANK, WORLD_SIZE and MASTER_* left in a shell by another job made `bigbatch
+    train` wait silently, for torch's 30 minutes)."""
+    import sys
+    import threading
+
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    line = (
+        f"bigbatch: rank {ctx.rank} of {ctx.world_size} waits for the other ranks at {where} (RANK, WORLD_SIZE, "
+        "MASTER_ADDR and MASTER_PORT as the environment has them: torchrun sets them; left by another job, unset them)"
+    )
+    timer = threading.Timer(WAIT_SAID_AFTER_S, lambda: print(line, file=sys.stderr, flush=True))
+    timer.daemon = True
+    if ctx.local_rank == 0:
+        timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @contextlib.contextmanager

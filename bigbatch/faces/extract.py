@@ -19,7 +19,7 @@ import json
 import multiprocessing
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -63,9 +63,10 @@ class Face:
 class FrameSource:
     """Where the frames come from, parsed once from SRC (a video, a folder of images, a glob or one image):
     `count`, `names()` in order (numbers in names as numbers: 2.png before 10.png), `frames()`, and what
-    identifies it (`identity()`, a frame's `stat`)."""
+    identifies it (`identity()`, a frame's `stat`). `outputs`: what a frame's name becomes, said where two frames
+    of one name would collide, of a frame's name (extract's faces; merge's merged frames)."""
 
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, outputs: Callable[[str], str] = lambda s: f"the faces' names ({s}_0.jpg)") -> None:
         path = Path(src)
         self.src = src
         self.video: Path | None = None
@@ -105,8 +106,8 @@ class FrameSource:
             for p in self.files:
                 if (other := seen.setdefault(p.stem, p)) is not p:  # (found from outside: the pair was not named)
                     raise BigbatchError(
-                        f"{src} has two images of one name, {other.name} and {p.name}: the faces' names "
-                        f"({p.stem}_0.jpg) would collide; keep one of each"
+                        f"{src} has two images of one name, {other.name} and {p.name}: "
+                        f"{outputs(p.stem)} would collide; keep one of each"
                     )
             self.count = len(self.files)
         self._by_name = {p.name: p for p in self.files}  # (an image frame's file, for `stat`)

@@ -203,7 +203,8 @@ def merge_folder(
         if "--super-resolution" not in unread:
             warn("--weights is the face enhancer of --super-resolution, which is 0 (off): merged without it")
         weights = None
-    source = FrameSource(frames)  # parsed before the model loads: a wrong path is said at once
+    # (parsed before the model loads: a wrong path is said at once)
+    source = FrameSource(frames, lambda stem: f"the merged frames ({Path(out) / stem}.png)")
     names = source.names()
     for given, what in ((frames, "FRAMES"), (aligned, "ALIGNED")):  # (merged PNGs would replace what is read)
         if Path(given).is_dir() and Path(out).resolve() == Path(given).resolve():

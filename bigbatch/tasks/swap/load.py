@@ -50,7 +50,13 @@ def load_autoencoder(path: str | Path, device: str | torch.device = "cpu") -> nn
     if (named := dfl_model(path)) is not None:
         model, _ = dfl.load_model_folder(*named)
         return model.to(device).eval().requires_grad_(False)
-    return checkpoint_find.read_newest(path, lambda ckpt: _load(ckpt, device))
+    try:
+        return checkpoint_find.read_newest(path, lambda ckpt: _load(ckpt, device))
+    except checkpoint_find.NotARun:  # (found from outside: DFL's model folders, which it takes, went unsaid)
+        raise BigbatchError(
+            f"{path} is neither a swap run, a checkpoint folder nor a DeepFaceLab SAEHD model folder "
+            "(NAME_SAEHD_data.dat beside its .npy weights)"
+        ) from None
 
 
 def _load(ckpt: Path, device: str | torch.device) -> nn.Module:

@@ -1,0 +1,56 @@
+"""What a rank says where other ranks are concerned (found from outside, a user scaling out): a group it waits for
+is said once the wait is long, and torchrun's stop of the ranks after one said a bad command adds no line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from bigbatch import cli, signals
+from bigbatch.cli_errors import say_error
+
+
+def test_a_rank_waiting_for_a_group_that_does_not_come_says_whom_and_where(tmp_path):
+    # RANK, WORLD_SIZE and MASTER_* left in a shell by another job: `bigbatch train` waited silently (torch's
+    # 30 minutes). (The wait shortened to a second here.)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    code = "import bigbatch.engine.dist as d; d.WAIT_SAID_AFTER_S = 1; d.init(d.context('cpu'))"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    unsaid = threading.Timer(60, proc.kill)  # (nothing said: the line read is empty)
+    unsaid.start()
+    try:
+        line = proc.stderr.readline()
+    finally:
+        unsaid.cancel()
+        proc.kill()
+        proc.wait()
+    assert line == (
+        f"bigbatch: rank 0 of 2 waits for the other ranks at 127.0.0.1:{port} (RANK, WORLD_SIZE, MASTER_ADDR and "
+        "MASTER_PORT as the environment has them: torchrun sets them; left by another job, unset them)\n"
+    )
+
+
+def test_a_rank_torchrun_stops_after_another_said_a_bad_command_adds_no_line(monkeypatch, capsys, tmp_path):
+    # The quicker rank said the error and exited 2; torchrun's SIGTERM reached the other still starting, which said
+    # "stopped by SIGTERM", as if something else had stopped the run.
+    (tmp_path / "attempt_0" / "1").mkdir(parents=True)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "attempt_0" / "1" / "error.json"))
+
+    def started(args):
+        raise signals.Terminated
+
+    monkeypatch.setattr(cli, "_presets", started)
+    assert cli.main(["presets"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == cli.STOPPED + "\n"  # (a stop of its own: said)
+    say_error("config key 'train.bogus' names no key")  # (the other rank's line)
+    capsys.readouterr()
+    assert cli.main(["presets"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == ""
