@@ -63,8 +63,8 @@ class Face:
 class FrameSource:
     """Where the frames come from, parsed once from SRC (a video, a folder of images, a glob or one image):
     `count`, `names()` in order (numbers in names as numbers: 2.png before 10.png), `frames()`, and what
-    identifies it (`identity()`, a frame's `stat`). `outputs`: what a frame's name becomes, said where two frames
-    of one name would collide, of a frame's name (extract's faces; merge's merged frames)."""
+    identifies it (`identity()`, a frame's `stat`). `outputs`: what a frame's name (its stem) becomes, said where
+    two frames of one name would collide (extract's faces; merge's merged frames)."""
 
     def __init__(self, src: str, outputs: Callable[[str], str] = lambda s: f"the faces' names ({s}_0.jpg)") -> None:
         path = Path(src)
