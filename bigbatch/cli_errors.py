@@ -52,9 +52,13 @@ DFL_HINTS = {
 
 def say_error(line: str) -> None:
     """`bigbatch: error: LINE` on stderr, once a machine under torchrun: every rank meets a bad command alike, and
-    one line says it (a line only some ranks meet, or another one, is said by each that meets it)."""
+    one line says it (a line only some ranks meet, or another one, is said by each that meets it). The line is one
+    write: print() writes its parts apart where Python's output is unbuffered (PYTHONUNBUFFERED, as many containers
+    and CI set it), and lines of ranks sharing a terminal or a log run into one another (found in CI, of two ranks'
+    prints)."""
     if _first_to_say(line):
-        print(f"bigbatch: error: {printable(line)}", file=sys.stderr)
+        sys.stderr.write(f"bigbatch: error: {printable(line)}\n")
+        sys.stderr.flush()
 
 
 def another_rank_said() -> bool:

@@ -84,7 +84,8 @@ def warn(message: str, once: bool = False) -> None:
             return
         _WARNED.add(message)
     try:
-        print(f"bigbatch: warning: {printable(message)}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"bigbatch: warning: {printable(message)}\n")  # (one write: see cli_errors.say_error)
+        sys.stderr.flush()
     except OSError:  # (its reader gone: `2>&1 | tee` closed, a terminal hung up; found by review, a traceback)
         silence(2)
 

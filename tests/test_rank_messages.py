@@ -54,3 +54,23 @@ def test_a_rank_torchrun_stops_after_another_said_a_bad_command_adds_no_line(mon
     capsys.readouterr()
     assert cli.main(["presets"]) == 128 + signal.SIGTERM
     assert capsys.readouterr().err == ""
+
+
+def test_a_line_bigbatch_says_is_one_write_so_the_lines_of_ranks_do_not_run_together(monkeypatch):
+    # Under PYTHONUNBUFFERED print() writes its parts apart: in CI two ranks' prints (a test script's) sharing a pipe
+    # became one line.
+    from bigbatch.errors import warn
+
+    class Writes(list):
+        def write(self, text):
+            self.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    writes = Writes()
+    monkeypatch.setattr(sys, "stderr", writes)
+    warn("a warning")
+    say_error("an error")
+    assert writes == ["bigbatch: warning: a warning\n", "bigbatch: error: an error\n"]

@@ -101,7 +101,12 @@ def _said_while_waiting(ctx: Context) -> Iterator[None]:
         f"bigbatch: rank {ctx.rank} of {ctx.world_size} waits for the other ranks at {where} (RANK, WORLD_SIZE, "
         "MASTER_ADDR and MASTER_PORT as the environment has them: torchrun sets them; left by another job, unset them)"
     )
-    timer = threading.Timer(WAIT_SAID_AFTER_S, lambda: print(line, file=sys.stderr, flush=True))
+
+    def say() -> None:
+        sys.stderr.write(line + "\n")  # (one write: see cli_errors.say_error)
+        sys.stderr.flush()
+
+    timer = threading.Timer(WAIT_SAID_AFTER_S, say)
     timer.daemon = True
     if ctx.local_rank == 0:
         timer.start()
