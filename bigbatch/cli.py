@@ -24,7 +24,7 @@ from bigbatch.cli_faces import add_face_commands
 from bigbatch.cli_sample import add_sample_command, seed
 from bigbatch.cli_swap import add_swap_commands
 from bigbatch.cli_tools import add_tool_commands, out_named, run_info, run_stats
-from bigbatch.errors import STOPPED, BigbatchError, silence, warn
+from bigbatch.errors import STOPPED, BigbatchError, say, silence, warn
 from bigbatch.urls import endpoint_options, is_url
 
 
@@ -199,7 +199,7 @@ def _launch(args: argparse.Namespace) -> int:
             local, nprocs = args.local, args.nprocs
             return launch_dask(command, scheduler=args.scheduler, local=local, nprocs=nprocs, grace=args.grace)
 
-    _, _, results = with_restarts(session, args.restarts, lambda line: print(line, file=sys.stderr, flush=True))
+    _, _, results = with_restarts(session, args.restarts, say)
     return report(results)
 
 
@@ -556,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     except signals.Terminated:
         _kept(args)
         if not cli_errors.another_rank_said():  # (torchrun's stop of the others: that rank's line says why)
-            print(STOPPED, file=sys.stderr)
+            say(STOPPED)  # (one write: every rank says it at once on a SIGTERM to all)
         return 128 + signal.SIGTERM
     except BigbatchError as e:
         say_error(str(e))
@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         sweeps = sys.modules.get("bigbatch.sweeps")  # (a sweep's Stopped has said where, in its one line)
         if not isinstance(e, signals.Stopped) and not (sweeps and isinstance(e, sweeps.Stopped)):  # (said)
             _kept(args)
-            print("bigbatch: interrupted", file=sys.stderr)
+            say("bigbatch: interrupted")
         return 130
     except RuntimeError as e:  # (a few of torch's are a user's to mend: one line each, as BigbatchError's)
         said = runtime_error_line(e, getattr(args, "command", "train"))

@@ -11,11 +11,10 @@ import errno
 import hashlib
 import os
 import re
-import sys
 from typing import Any, NoReturn
 
 from bigbatch.engine.dist import lost_peer, lost_peer_said
-from bigbatch.errors import BigbatchError, printable
+from bigbatch.errors import BigbatchError, printable, say
 from bigbatch.urls import local_folder, local_run
 
 
@@ -52,20 +51,19 @@ DFL_HINTS = {
 
 def say_error(line: str) -> None:
     """`bigbatch: error: LINE` on stderr, once a machine under torchrun: every rank meets a bad command alike, and
-    one line says it (a line only some ranks meet, or another one, is said by each that meets it). The line is one
-    write: print() writes its parts apart where Python's output is unbuffered (PYTHONUNBUFFERED, as many containers
-    and CI set it), and lines of ranks sharing a terminal or a log run into one another (found in CI, of two ranks'
-    prints)."""
+    one line says it (a line only some ranks meet, or another one, is said by each that meets it), in one write."""
     if _first_to_say(line):
-        sys.stderr.write(f"bigbatch: error: {printable(line)}\n")
-        sys.stderr.flush()
+        say(f"bigbatch: error: {printable(line)}")
 
 
 def another_rank_said() -> bool:
     """Whether a rank of this torchrun launch on this machine has said an error line: torchrun then stops the
     others with SIGTERM, whose "stopped" line would blame a stop nobody asked for (found from outside)."""
     attempt = _attempt_folder()
-    return attempt is not None and any(name.startswith(SAID) for name in os.listdir(attempt))
+    try:  # (a command a rank itself started marks its lines under its own parent: not another rank's)
+        return attempt is not None and any(name.startswith(f"{SAID}{os.getppid()}-") for name in os.listdir(attempt))
+    except OSError:  # (torchrun removed the folder meanwhile)
+        return False
 
 
 SAID = "bigbatch-said-"
@@ -87,7 +85,7 @@ def _first_to_say(line: str) -> bool:
         return True
     # (the agent's pid too: a command a rank itself starts inherits the folder, and says its own lines)
     said = f"{os.getppid()}\0{line}".encode(errors="surrogateescape")
-    mark = os.path.join(attempt, f"{SAID}{hashlib.sha256(said).hexdigest()[:32]}")
+    mark = os.path.join(attempt, f"{SAID}{os.getppid()}-{hashlib.sha256(said).hexdigest()[:32]}")
     try:
         os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:

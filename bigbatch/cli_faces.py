@@ -48,7 +48,8 @@ def _extract(args: argparse.Namespace) -> None:
         raise BigbatchError("--weights (DFL's S3FD and FAN) and --landmarks-model (dlib's) exclude each other")
     given = args.workers if args.workers is not None else min(8, os.cpu_count() or 1)
     workers = _positive("--workers", given, high=MAX_PROCESSES)
-    made = [p for p in (Path(args.out), debug_folder(Path(args.out))) if not p.exists()]
+    # (what a refusal removes: the folders it makes, the debug folder, OUT and those above, nearest first)
+    made = [p for p in (debug_folder(Path(args.out)), Path(args.out), *Path(args.out).parents) if not p.exists()]
     done = extract(
         args.src,
         args.out,
@@ -66,7 +67,7 @@ def _extract(args: argparse.Namespace) -> None:
     if broken and len(broken) == len(done):  # (found from outside: nothing extracted, and exit status 0)
         if out in made:  # (found from outside: the folders it made were left, holding its journal alone)
             (out / JOURNAL).unlink(missing_ok=True)
-        for folder in reversed(made):
+        for folder in made:
             with contextlib.suppress(OSError):  # (not empty: kept)
                 folder.rmdir()
         raise BigbatchError(

@@ -75,7 +75,6 @@ def named_few(names: list[str], most: int = 5) -> str:
 def warn(message: str, once: bool = False) -> None:
     """Tell the user about something that did not stop the command (on stderr, one line). `once`: not
     again in this process (a fact that several readers of the same file come upon)."""
-    import sys
 
     if _SILENT[0]:
         return
@@ -83,10 +82,19 @@ def warn(message: str, once: bool = False) -> None:
         if message in _WARNED:
             return
         _WARNED.add(message)
+    say(f"bigbatch: warning: {printable(message)}")
+
+
+def say(line: str) -> None:
+    """`line` on stderr in one write, flushed. print() writes its parts apart there (stderr is write-through), and
+    the lines of ranks or processes sharing a terminal or a log ran into one another (found in CI, of two ranks'
+    prints); a reader gone (`2>&1 | tee` closed, a terminal hung up) is silenced, not a traceback (found by review)."""
+    import sys
+
     try:
-        sys.stderr.write(f"bigbatch: warning: {printable(message)}\n")  # (one write: see cli_errors.say_error)
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
-    except OSError:  # (its reader gone: `2>&1 | tee` closed, a terminal hung up; found by review, a traceback)
+    except OSError:
         silence(2)
 
 

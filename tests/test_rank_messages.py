@@ -33,7 +33,7 @@ def test_a_rank_waiting_for_a_group_that_does_not_come_says_whom_and_where(tmp_p
         proc.wait()
     assert line == (
         f"bigbatch: rank 0 of 2 waits for the other ranks at 127.0.0.1:{port} (RANK, WORLD_SIZE, MASTER_ADDR and "
-        "MASTER_PORT as the environment has them: torchrun sets them; left by another job, unset them)\n"
+        "MASTER_PORT as the environment has them, without torchrun: left by another job, unset them)\n"
     )
 
 
@@ -59,7 +59,7 @@ def test_a_rank_torchrun_stops_after_another_said_a_bad_command_adds_no_line(mon
 def test_a_line_bigbatch_says_is_one_write_so_the_lines_of_ranks_do_not_run_together(monkeypatch):
     # Under PYTHONUNBUFFERED print() writes its parts apart: in CI two ranks' prints (a test script's) sharing a pipe
     # became one line.
-    from bigbatch.errors import warn
+    from bigbatch.errors import say, warn
 
     class Writes(list):
         def write(self, text):
@@ -73,4 +73,5 @@ def test_a_line_bigbatch_says_is_one_write_so_the_lines_of_ranks_do_not_run_toge
     monkeypatch.setattr(sys, "stderr", writes)
     warn("a warning")
     say_error("an error")
-    assert writes == ["bigbatch: warning: a warning\n", "bigbatch: error: an error\n"]
+    say(cli.STOPPED)  # (what every rank says at once of a SIGTERM to all)
+    assert writes == ["bigbatch: warning: a warning\n", "bigbatch: error: an error\n", cli.STOPPED + "\n"]

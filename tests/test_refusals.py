@@ -62,7 +62,7 @@ def one_line(capsys, argv, words):
         (["extract", "bad.png", ""], "OUT is an empty string"),
         (["train", "", "--dry-run"], "key=value is an empty string"),
         # what the real run refuses, the dry run too; nothing done, not exit status 0
-        (["extract", "bad.png", "o", "--workers", "1"], "bad.png: it does not decode as an image"),
+        (["extract", "bad.png", "new/o", "--workers", "1"], "bad.png: it does not decode as an image"),
         # an option abbreviated (found from outside: StyleGAN2-ADA's --trunc, its psi, taken as --truncation)
         (["sample", "run", "--trunc", "0.7"], "unrecognized arguments: --trunc 0.7 (see 'bigbatch sample --help')"),
         (["xseg", "fetch", "faces"], "; DFL's XSeg fetch copies the labelled faces out: bigbatch prepare FACES OUT.h5"),
@@ -84,7 +84,7 @@ def test_odd_input_is_one_line(argv, words, tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 2)
     one_line(capsys, argv, words)
     assert not (tmp_path / "s3:").exists()
-    assert not (tmp_path / "o").exists() and not (tmp_path / "o_debug").exists()  # (refused: no folder left made)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "new").exists()  # (refused: no folder left made)
 
 
 def test_a_checkpoint_this_user_cannot_read_is_not_taken_for_a_damaged_one(tiny, tmp_path, capsys, monkeypatch):

@@ -100,7 +100,7 @@ def test_closing_one_of_two_replicators_leaves_the_group_to_the_other(tmp_path):
 
 
 SEQUENTIAL = """
-import faulthandler, json, sys
+import faulthandler, json, pathlib, sys
 faulthandler.dump_traceback_later(60, exit=True)  # (a hang: its traceback, and a failed run)
 import torch
 from torch import nn
@@ -115,7 +115,7 @@ for i in range(3):
         opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         x = torch.arange(32.0).view(8, 4)[rep.rank * 4 : rep.rank * 4 + 4]
         losses.append(rep.step(lambda m: net(m).square().mean(), x, opt))
-open(f"losses{rep.rank}", "w").write(json.dumps(losses))  # (a file a rank: two ranks' prints can share one line)
+pathlib.Path(f"losses{rep.rank}").write_text(json.dumps(losses))  # (a file a rank: two ranks' prints shared a line)
 """
 
 

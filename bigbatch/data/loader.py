@@ -189,8 +189,11 @@ class _Requests:
         for request in self.requests:
             if isinstance(request, torch.Tensor):
                 yield request.numpy(force=True)
-            else:
-                yield request._replace(indices=request.indices.numpy(force=True))
+            else:  # (a Step of a user's Order may hold its indices as a list or an array)
+                indices = request.indices
+                yield request._replace(
+                    indices=indices.numpy(force=True) if isinstance(indices, torch.Tensor) else np.asarray(indices)
+                )
 
 
 def _from_value(request: Step | torch.Tensor | np.ndarray) -> Step | torch.Tensor:
@@ -462,7 +465,8 @@ class Loader:
 
     def _pass(self, steps: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # Drawn as the workers ask (found from outside: a list of the pass's Steps kept each one's indices alive,
-        # in shared memory once sent to a worker: an open file each, "Too many open files" after ~1,000 batches).
+        # each then in shared memory with an open file, "Too many open files" after ~1,000 batches; now they go by
+        # value, but the pass's requests are still not all held at once).
         requests = (
             self._in_order(steps)
             if self._sequential

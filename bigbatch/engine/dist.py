@@ -85,7 +85,7 @@ def init(ctx: Context) -> bool:
     return True
 
 
-WAIT_SAID_AFTER_S = 30.0  # a group not met by then is said to be waited for (once, by each machine's first rank)
+WAIT_SAID_AFTER_S = 30.0  # a group not met by then is said to be waited for (under torchrun, by a machine's first rank)
 
 
 @contextlib.contextmanager
@@ -93,22 +93,22 @@ def _said_while_waiting(ctx: Context) -> Iterator[None]:
     """One line on stderr should the group take WAIT_SAID_AFTER_S to meet: whom this process waits for, and where
     that comes from (found from outside: RANK, WORLD_SIZE and MASTER_* left in a shell by another job made `bigbatch
     train` wait silently, for torch's 30 minutes)."""
-    import sys
     import threading
 
+    from bigbatch.errors import say
+
     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-    line = (
-        f"bigbatch: rank {ctx.rank} of {ctx.world_size} waits for the other ranks at {where} (RANK, WORLD_SIZE, "
-        "MASTER_ADDR and MASTER_PORT as the environment has them: torchrun sets them; left by another job, unset them)"
-    )
-
-    def say() -> None:
-        sys.stderr.write(line + "\n")  # (one write: see cli_errors.say_error)
-        sys.stderr.flush()
-
-    timer = threading.Timer(WAIT_SAID_AFTER_S, say)
+    line = f"bigbatch: rank {ctx.rank} of {ctx.world_size} waits for the other ranks at {where} "
+    if torchrun := "TORCHELASTIC_RUN_ID" in os.environ:  # (a node slow to start, or one that failed)
+        line += "(started by torchrun: a rank of another node has not started yet, or it failed)"
+    else:  # (every rank says it: a LOCAL_RANK left too is no machine's first)
+        line += (
+            "(RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as the environment has them, without torchrun: left by "
+            "another job, unset them)"
+        )
+    timer = threading.Timer(WAIT_SAID_AFTER_S, say, (line,))
     timer.daemon = True
-    if ctx.local_rank == 0:
+    if ctx.local_rank == 0 or not torchrun:
         timer.start()
     try:
         yield

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from bigbatch import user_modules
-from bigbatch.errors import LOST_PEER, STOPPED, BigbatchError
+from bigbatch.errors import LOST_PEER, STOPPED, BigbatchError, say
 from bigbatch.files import metrics_row
 from bigbatch.urls import local_folder, names_url
 
@@ -446,7 +446,7 @@ def report(results: Sequence[RankResult]) -> int:
     that failed first of its own accord (not stopped by the launcher), with its own error message."""
     status, message = failure(results)
     if message:
-        print(f"bigbatch: error: {message}", file=sys.stderr)
+        say(f"bigbatch: error: {message}")
     return status
 
 

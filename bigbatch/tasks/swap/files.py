@@ -264,7 +264,7 @@ def export_dfl(
             f"{out} already holds a DeepFaceLab model named {name!r} ({existing[0].name}): give another --name "
             "or folder, or --overwrite to replace it"
         )
-    model = load_autoencoder(path)
+    model = load_autoencoder(path, dfl_folders=False)  # (a DFL folder: refused above)
     ckpt = model.checkpoint
     cfg = model.config
     known = checkpoints.model_info(ckpt).get("face_type") or cfg.swap.face_type

@@ -44,16 +44,18 @@ def is_dfl_folder(path: str | Path) -> bool:
     return dfl_model(path) is not None
 
 
-def load_autoencoder(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
-    """The SAEHD of a swap run (its latest complete checkpoint), of a checkpoint folder, or of a
-    DeepFaceLab model folder, in eval mode, taking and giving RGB in [0, 1]."""
-    if (named := dfl_model(path)) is not None:
+def load_autoencoder(path: str | Path, device: str | torch.device = "cpu", dfl_folders: bool = True) -> nn.Module:
+    """The SAEHD of a swap run (its latest complete checkpoint), of a checkpoint folder, or (`dfl_folders`: for the
+    commands that take one) of a DeepFaceLab model folder, in eval mode, taking and giving RGB in [0, 1]."""
+    if dfl_folders and (named := dfl_model(path)) is not None:
         model, _ = dfl.load_model_folder(*named)
         return model.to(device).eval().requires_grad_(False)
     try:
         return checkpoint_find.read_newest(path, lambda ckpt: _load(ckpt, device))
-    except checkpoint_find.NotARun:  # (found from outside: DFL's model folders, which it takes, went unsaid)
-        raise BigbatchError(
+    except checkpoint_find.NotARun:
+        if not dfl_folders:
+            raise
+        raise BigbatchError(  # (found from outside: DFL's model folders, which the command takes, went unsaid)
             f"{path} is neither a swap run, a checkpoint folder nor a DeepFaceLab SAEHD model folder "
             "(NAME_SAEHD_data.dat beside its .npy weights)"
         ) from None
