@@ -499,7 +499,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--dry-run", action="store_true", help="every part at toy sizes (for CPU: a test of this script)")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md", help="the file to append to")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="the file to append to (default bench/RESULTS.md; a dry run's: none unless --out names one)",
+    )
     p.add_argument(
         "--parts",
         default=",".join(RUN_ORDER),
@@ -517,6 +521,8 @@ def main() -> None:
     p.add_argument("--turns", help=argparse.SUPPRESS)  # internal: the part's turns with others (run_in_turns)
     p.add_argument("result", nargs="?", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.out is None and not args.dry_run:
+        args.out = Path(__file__).parent / "RESULTS.md"
     if args.digest:
         return print(source_digest())
     args.sizes = "toy" if args.dry_run else "full"
@@ -554,8 +560,11 @@ def main() -> None:
     rows = {n: rows[n] for n in PARTS if n in rows}
     text = section(rows, args, time.perf_counter() - start, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
     print(text, end="")
-    append_section(args.out, text)
-    print(f"appended to {args.out}", file=sys.stderr)
+    if args.out is None:  # (found from outside: a toy run appended to the repository's own results)
+        print("a dry run's table appends to no file unless --out names one", file=sys.stderr)
+    else:
+        append_section(args.out, text)
+        print(f"appended to {args.out}", file=sys.stderr)
     shutil.rmtree(cache, ignore_errors=True)
     sys.exit(stopped or (1 if any("error" in r for r in rows.values()) else 0))
 

@@ -466,7 +466,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description="Every user-facing command through the CLI on one CUDA GPU; a table.")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--dry-run", action="store_true", help="every step at toy sizes (on CPU: a test of this script)")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "RESULTS.md", help="the file to append to")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="the file to append to (default bench/RESULTS.md; a dry run's: none unless --out names one)",
+    )
     p.add_argument("--budget", type=float, default=420, help="seconds for all steps (each also has its limit)")
     p.add_argument(
         "--jobs",
@@ -486,6 +490,8 @@ def main() -> None:
     )
     p.add_argument("--keep", type=Path, help="make the data and runs in this folder and keep them")
     args = p.parse_args()
+    if args.out is None and not args.dry_run:
+        args.out = Path(__file__).parent / "RESULTS.md"
     args.sizes = "toy" if args.dry_run else "full"
     if args.device == "cuda":
         import torch
@@ -531,8 +537,11 @@ def main() -> None:
     notes = NOTES + [FORKED] * (args.device == "cpu")
     text = section(rows, device, args.dry_run, time.perf_counter() - start, command, notes)
     print(text, end="")
-    append_section(args.out, text)
-    print(f"appended to {args.out} (sources {source_digest()})", file=sys.stderr)
+    if args.out is None:  # (found from outside: a toy run appended to the repository's own results)
+        print("a dry run's table appends to no file unless --out names one", file=sys.stderr)
+    else:
+        append_section(args.out, text)
+        print(f"appended to {args.out} (sources {source_digest()})", file=sys.stderr)
     sys.exit(128 + stopped_by[0] if stopped_by else 0 if all(r["passed"] for r in rows.values()) else 1)
 
 

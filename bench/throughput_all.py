@@ -533,6 +533,8 @@ def main() -> None:
     unknown = [c for c in wanted + ([args.profile] if args.profile else []) if c not in cell_names()]
     if unknown:
         p.error(f"unknown cell {', '.join(unknown)}; valid: {', '.join(cell_names())}")
+    if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):  # (found from outside: its table was lost)
+        p.error(f"--out {args.out}: give a file in a folder that exists (it is written after all the cells ran)")
     # One thread per process, set before torch's thread pools start in the processes this one spawns.
     os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     with ExitStack() as stack:
@@ -549,9 +551,9 @@ def main() -> None:
                 rows.update({n: {"left_out": parse_cell(n)[0].compile_left_out} for n in cell_names() if n not in rows})
             rows = {n: rows[n] for n in cell_names() if n in rows}
             text = report(rows, time.perf_counter() - start, args.retry_above)
+    print(text, end="", flush=True)  # (first: a file that cannot be written loses nothing measured)
     if args.out:
         args.out.write_text(text)
-    print(text, end="")
 
 
 if __name__ == "__main__":

@@ -328,7 +328,7 @@ def run_stats(args: argparse.Namespace) -> None:
     if args.npz:
         from bigbatch.metrics.extractors import falls_back
 
-        local_folder(args.npz, "--npz", "stats")
+        args.npz = str(local_folder(args.npz, "--npz", "stats"))
         _check_stats_out(args.npz)
         # (before it trains: a classifier's, named or "auto"'s without Inception weights, are not what those tools read)
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):

@@ -61,7 +61,7 @@ def train(
     if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):  # (found from outside: a TypeError)
         raise BigbatchError(f"run_dir must be a path (a str or a Path), got {type(run_dir).__name__} {run_dir!r}")
     if run_dir is not None:
-        local_folder(run_dir, "run_dir", "train")
+        run_dir = local_folder(run_dir, "run_dir", "train")
     if resume not in (True, False, "auto") or not isinstance(resume, (bool, str)):  # (1 == True: refused too)
         raise BigbatchError(f'resume must be True, False or "auto" (start or resume), got {resume!r}')
     cfg = Config.from_dict(cfg.to_dict())  # checked whole: a config changed field by field from Python too

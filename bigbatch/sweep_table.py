@@ -114,12 +114,17 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
     out["img_per_s"] = round(sum(speeds) / len(speeds), 1) if speeds else math.nan
     for key in LOSSES:
         if logs and is_number(logs[-1].get(key)):
-            out[key] = round(logs[-1][key], 4)
+            out[key] = _significant(logs[-1][key])
     for key in SCORES:
         values = [r[key] for r in evals if is_number(r.get(key))]
         if values:
-            out[f"best_{key}"] = round((max if key in HIGHER_IS_BETTER else min)(values), 4)
+            out[f"best_{key}"] = _significant((max if key in HIGHER_IS_BETTER else min)(values))
     return out
+
+
+def _significant(value: float) -> float:
+    """`value` to 5 significant digits (found from outside: to 4 decimals, KIDs of 4e-4 and 3.6e-4 were one)."""
+    return float(f"{value:.5g}")
 
 
 def write_results(root: Path, rows: list[dict[str, Any]]) -> None:

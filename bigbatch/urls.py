@@ -40,9 +40,13 @@ def names_url(path: str) -> bool:
 
 
 def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> Path:
-    """A path this process writes as local files; a URL (s3://...) refused in one line (found from outside:
-    Path() made s3://b/runs the local folder ./s3:/b/runs, and a sweep and bigbatch.train trained there)."""
+    """A path this process writes as local files (file:///abs: /abs); a URL (s3://...) refused in one line (found from
+    outside: Path() made s3://b/runs the local folder ./s3:/b/runs, and a sweep and bigbatch.train trained there)."""
     text = os.fspath(value)
+    if re.match(r"(?i)file://(localhost)?/", text):  # (found from outside: ./file:/... made; fsspec reads it so)
+        from urllib.parse import unquote, urlsplit
+
+        text = unquote(urlsplit(text).path)
     if names_url(text):
         raise BigbatchError(
             f"{what} {text} is a URL, and {writer} writes local files: give a local path (and copy the result up "

@@ -20,7 +20,7 @@ import bigbatch
 
 
 def main(argv: list[str]) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))  # (its first paragraph)
     ap.add_argument("--steps", type=int, default=300, help="G steps of every run (default 300)")
     ap.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024])
     ap.add_argument("--ch", type=int, default=64, help="model width (the preset's: 64)")

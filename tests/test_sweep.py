@@ -140,6 +140,10 @@ def test_a_stopped_sweep_still_writes_its_table(tiny, tmp_path, monkeypatch, cap
     (stopped / "metrics.jsonl").write_text(rows[0] + "\n")  # row's time beside the checkpoint's kimg)
     seconds = json.loads(rows[-1])["seconds"]
     assert result_row(stopped, {"train.batch": 32}, base.override({"train.batch": 32}))["wall_s"] >= seconds - 0.1
+    # Scores to their significant digits (found from outside: to 4 decimals, KIDs of 4.4e-4 and 3.6e-4 were one).
+    scored = json.dumps({"kimg": 0.064, "kid": 0.00036137, "eval_seconds": 1})
+    (stopped / "metrics.jsonl").write_text(f"{rows[0]}\n{scored}\n")
+    assert result_row(stopped, {"train.batch": 32}, base.override({"train.batch": 32}))["best_kid"] == 0.00036137
 
 
 def test_no_two_combinations_share_a_run_folder():
@@ -341,6 +345,9 @@ def test_a_sweep_into_a_url_is_refused_not_written_to_a_local_folder(tiny, tmp_p
     with pytest.raises(bigbatch.BigbatchError, match="run_dir s3://b/run is a URL, and train writes local files"):
         bigbatch.train(tiny, run_dir="s3://b/run")
     assert not list(tmp_path.iterdir())
+    # ... and file:///abs is /abs (found from outside: it trained into ./file:/abs).
+    run = bigbatch.train(tiny.override({"train.kimg": 0.032}), run_dir=f"file://{tmp_path / 'r'}", quiet=True)
+    assert run == tmp_path / "r" and [p.name for p in tmp_path.iterdir()] == ["r"]
 
 
 def test_a_combinations_folder_is_found_whatever_the_order_of_its_keys_but_not_another_combinations(tmp_path):
