@@ -16,7 +16,7 @@ bench/RESULTS.md.
     make bench-gpu                                                   # = python bench/gpu.py; < 8 minutes
     python bench/gpu.py --parts biggan-bf16,resnet50                 # some parts only
     python bench/gpu.py --parts biggan-bf16-compile --limit 500 --budget 520   # compiling, given more time
-    python bench/gpu.py --device cpu --dry-run --out /tmp/proof.md   # every part at toy sizes on CPU, ~1 min
+    python bench/gpu.py --device cpu --dry-run --out /tmp/proof.md   # every part at toy sizes on CPU, ~3 min
 
 Each part runs in a process of its own under a time limit, and all of them within --budget seconds
 (the slow compile parts near the end), so a part that fails, hangs or breaks its CUDA context is
