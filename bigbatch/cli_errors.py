@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from bigbatch.engine.dist import lost_peer, lost_peer_said
 from bigbatch.errors import BigbatchError, printable, say
-from bigbatch.urls import local_folder, local_run
+from bigbatch.urls import local_path, local_run
 
 
 class Parser(argparse.ArgumentParser):
@@ -184,7 +184,7 @@ def refuse_url_paths(args: argparse.Namespace, argv: list[str]) -> None:
     for name, flag in (("out", out), ("outdir", "--outdir"), ("run_dir", "--run-dir"), ("video", "--video")):
         value = getattr(args, name, None)
         if isinstance(value, str):  # (file:///abs read as /abs from here on)
-            setattr(args, name, str(local_folder(value, flag, args.command)))
+            setattr(args, name, local_path(value, flag, args.command))
 
 
 def one_line_warnings() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError, warn
-from bigbatch.urls import Location, endpoint_options, is_url, local_folder
+from bigbatch.urls import Location, endpoint_options, is_url, local_path
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -328,7 +328,7 @@ def run_stats(args: argparse.Namespace) -> None:
     if args.npz:
         from bigbatch.metrics.extractors import falls_back
 
-        args.npz = str(local_folder(args.npz, "--npz", "stats"))
+        args.npz = local_path(args.npz, "--npz", "stats")
         _check_stats_out(args.npz)
         # (before it trains: a classifier's, named or "auto"'s without Inception weights, are not what those tools read)
         if args.extractor.startswith("classifier") or falls_back(args.extractor, args.weights):

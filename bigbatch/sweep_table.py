@@ -123,8 +123,11 @@ def result_row(run: Path, combo: dict[str, Any], cfg: Config, job: Any = None) -
 
 
 def _significant(value: float) -> float:
-    """`value` to 5 significant digits (found from outside: to 4 decimals, KIDs of 4e-4 and 3.6e-4 were one)."""
-    return float(f"{value:.5g}")
+    """`value` to 4 decimals, or to 5 significant digits where those are more (found from outside: to 4 decimals
+    alone, KIDs of 4.4e-4 and 3.6e-4 were one)."""
+    if not math.isfinite(value) or value == 0:
+        return value
+    return round(value, max(4, 4 - math.floor(math.log10(abs(value)))))
 
 
 def write_results(root: Path, rows: list[dict[str, Any]]) -> None:

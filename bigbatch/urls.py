@@ -42,6 +42,11 @@ def names_url(path: str) -> bool:
 def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> Path:
     """A path this process writes as local files (file:///abs: /abs); a URL (s3://...) refused in one line (found from
     outside: Path() made s3://b/runs the local folder ./s3:/b/runs, and a sweep and bigbatch.train trained there)."""
+    return Path(local_path(value, what, writer))
+
+
+def local_path(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> str:
+    """local_folder's path as the text given (a trailing / kept: a command may read it as a folder's)."""
     text = os.fspath(value)
     if re.match(r"(?i)file://(localhost)?/", text):  # (found from outside: ./file:/... made; fsspec reads it so)
         from urllib.parse import unquote, urlsplit
@@ -52,7 +57,7 @@ def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") 
             f"{what} {text} is a URL, and {writer} writes local files: give a local path (and copy the result up "
             "afterwards)"
         )
-    return Path(text)
+    return text
 
 
 def local_run(value: str | os.PathLike) -> Path:
