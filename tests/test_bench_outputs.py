@@ -28,11 +28,6 @@ def test_a_table_whose_file_cannot_be_written_is_refused_before_it_is_measured(t
     cmd = [sys.executable, str(REPO / "bench" / "throughput_all.py"), "--out", str(tmp_path / "none" / "x.md")]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert (
-        run.stderr.strip()
-        .splitlines()[-1]
-        .endswith(
-            f"--out {tmp_path / 'none' / 'x.md'}: give a file in a folder that exists (it is written after all the cells "
-            "ran)"
-        )
-    )
+    out = tmp_path / "none" / "x.md"
+    said = f"--out {out}: give a file in a folder that exists (it is written after all the cells ran)"
+    assert run.stderr.strip().splitlines()[-1].endswith(said)
