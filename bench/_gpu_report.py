@@ -54,6 +54,21 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def results_file(out: Path | None, dry_run: bool) -> Path | None:
+    """Where a table is appended: --out, else bench/RESULTS.md; a dry run's, --out alone (found from outside: a toy
+    run appended to the repository's own results)."""
+    return out if out is not None or dry_run else Path(__file__).parent / "RESULTS.md"
+
+
+def keep_section(out: Path | None, text: str, said: str = "") -> None:
+    """`text` appended to `out` (append_section) and said so on stderr (with `said`); None: said where it is not."""
+    if out is None:
+        print("a dry run's table appends to no file unless --out names one", file=sys.stderr)
+    else:
+        append_section(out, text)
+        print(f"appended to {out}{said}", file=sys.stderr)
+
+
 def append_section(path: Path, text: str) -> None:
     """Append `text` to `path` (created if missing) by writing the whole through a temporary file beside it
     and a rename (bigbatch.files.atomic_write): a reader never sees half a table, and what the file holds

@@ -67,7 +67,7 @@ from _classify import classify_task  # noqa: E402
 from _gan import BF16_AS_FP32, gan_task, sync  # noqa: E402
 from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
 from _gpu_profile import biggan_profile, describe_gan, resnet50_profile, saehd_profile, stylegan2_profile  # noqa: E402
-from _gpu_report import append_section, device_name, section, source_digest  # noqa: E402
+from _gpu_report import device_name, keep_section, results_file, section, source_digest  # noqa: E402
 from _gpu_sizes import CLASSES, COMPILE_WARMUP, REPO, SIZES, config, of_peak, timed  # noqa: E402
 from _gpu_waits import waits  # noqa: E402
 from _procs import ForkServer, result_row, run_limited, wait_for_turn  # noqa: E402
@@ -521,8 +521,7 @@ def main() -> None:
     p.add_argument("--turns", help=argparse.SUPPRESS)  # internal: the part's turns with others (run_in_turns)
     p.add_argument("result", nargs="?", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.out is None and not args.dry_run:
-        args.out = Path(__file__).parent / "RESULTS.md"
+    args.out = results_file(args.out, args.dry_run)
     if args.digest:
         return print(source_digest())
     args.sizes = "toy" if args.dry_run else "full"
@@ -560,11 +559,7 @@ def main() -> None:
     rows = {n: rows[n] for n in PARTS if n in rows}
     text = section(rows, args, time.perf_counter() - start, SIZES[args.sizes]["steps"], COMPILE_WARMUP)
     print(text, end="")
-    if args.out is None:  # (found from outside: a toy run appended to the repository's own results)
-        print("a dry run's table appends to no file unless --out names one", file=sys.stderr)
-    else:
-        append_section(args.out, text)
-        print(f"appended to {args.out}", file=sys.stderr)
+    keep_section(args.out, text)
     shutil.rmtree(cache, ignore_errors=True)
     sys.exit(stopped or (1 if any("error" in r for r in rows.values()) else 0))
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _check_run import CheckFailed, Step, final_checkpoint, metrics, run_steps, same_checkpoints, section  # noqa: E402
-from _gpu_report import append_section, device_name, source_digest  # noqa: E402
+from _gpu_report import device_name, keep_section, results_file, source_digest  # noqa: E402
 from _procs import ForkServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -490,8 +490,7 @@ def main() -> None:
     )
     p.add_argument("--keep", type=Path, help="make the data and runs in this folder and keep them")
     args = p.parse_args()
-    if args.out is None and not args.dry_run:
-        args.out = Path(__file__).parent / "RESULTS.md"
+    args.out = results_file(args.out, args.dry_run)
     args.sizes = "toy" if args.dry_run else "full"
     if args.device == "cuda":
         import torch
@@ -537,11 +536,7 @@ def main() -> None:
     notes = NOTES + [FORKED] * (args.device == "cpu")
     text = section(rows, device, args.dry_run, time.perf_counter() - start, command, notes)
     print(text, end="")
-    if args.out is None:  # (found from outside: a toy run appended to the repository's own results)
-        print("a dry run's table appends to no file unless --out names one", file=sys.stderr)
-    else:
-        append_section(args.out, text)
-        print(f"appended to {args.out} (sources {source_digest()})", file=sys.stderr)
+    keep_section(args.out, text, f" (sources {source_digest()})")
     sys.exit(128 + stopped_by[0] if stopped_by else 0 if all(r["passed"] for r in rows.values()) else 1)
 
 

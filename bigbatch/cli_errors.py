@@ -83,9 +83,9 @@ def _first_to_say(line: str) -> bool:
     attempt = _attempt_folder()
     if attempt is None:
         return True
-    # (the agent's pid too: a command a rank itself starts inherits the folder, and says its own lines)
-    said = f"{os.getppid()}\0{line}".encode(errors="surrogateescape")
-    mark = os.path.join(attempt, f"{SAID}{os.getppid()}-{hashlib.sha256(said).hexdigest()[:32]}")
+    # (named by the agent's pid too: a command a rank itself starts inherits the folder, and says its own lines)
+    said = hashlib.sha256(line.encode(errors="surrogateescape")).hexdigest()[:32]
+    mark = os.path.join(attempt, f"{SAID}{os.getppid()}-{said}")
     try:
         os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:

@@ -149,7 +149,7 @@ def test_a_part_that_fails_or_hangs_is_a_row_that_says_so(tmp_path):
     out = tmp_path / "RESULTS.md"
     out.write_text("# Results\n\nkept\n")
     out.chmod(0o664)
-    gpu.append_section(out, "## New\n\nrow\n")
+    _gpu_report.append_section(out, "## New\n\nrow\n")
     assert out.read_text() == "# Results\n\nkept\n\n## New\n\nrow\n"
     assert out.stat().st_mode & 0o777 == 0o664
     assert [p.name for p in tmp_path.iterdir()] == ["RESULTS.md"]  # no temporary file left beside it

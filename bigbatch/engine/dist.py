@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from bigbatch.errors import LOST_PEER, BigbatchError
+from bigbatch.errors import LOST_PEER, BigbatchError, say
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,6 @@ def _said_while_waiting(ctx: Context) -> Iterator[None]:
     that comes from (found from outside: RANK, WORLD_SIZE and MASTER_* left in a shell by another job made `bigbatch
     train` wait silently, for torch's 30 minutes)."""
     import threading
-
-    from bigbatch.errors import say
 
     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     line = f"bigbatch: rank {ctx.rank} of {ctx.world_size} waits for the other ranks at {where} "
