@@ -57,9 +57,12 @@ def holds_checkpoints(path: Path) -> bool:
     return (path / ".lock").exists() and all(p.name.startswith(".") for p in path.iterdir())
 
 
+SWEEP_LOCK = ".sweep.lock"  # RUNS_DIR/.sweep.lock: flock-ed by the process of a sweep running in it (its PID, host)
+
+
 def is_sweep_folder(path: Path) -> bool:
     """Whether `path` is a sweep's RUNS_DIR (its results table, or the lock of a sweep running in it)."""
-    return (path / "results.csv").is_file() or (path / ".sweep.lock").exists()
+    return (path / "results.csv").is_file() or (path / SWEEP_LOCK).exists()
 
 
 def sweep_folder_said(path: Path) -> str:

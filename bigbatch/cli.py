@@ -445,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the file's arguments (sys.argv[1:])")
     sw.set_defaults(func=_sweep)
 
-    so = sub.add_parser("stop", help="ask the process training a run to save a checkpoint and exit")
+    so = sub.add_parser("stop", help="ask the process training a run (a sweep: RUNS_DIR) to save a checkpoint and exit")
     so.add_argument("run", metavar="RUN_DIR")
     so.add_argument(
         "--wait", type=float, default=300.0, help="seconds to wait for it to finish saving (default 300; 0: no wait)"

@@ -50,8 +50,15 @@ class Mismatch(Exception):
     pass
 
 
+def plain(value: Any) -> Any:
+    """A NumPy scalar or array as the Python value or list it holds (np.int64(64) -> 64); anything else as given."""
+    return value.tolist() if type(value).__module__ == "numpy" and hasattr(value, "tolist") else value
+
+
 def coerce(value: Any, tp: Any) -> Any:
-    """Return `value` as type `tp`, or raise Mismatch. Strict: no str->int, no bool->int."""
+    """Return `value` as type `tp`, or raise Mismatch. Strict: no str->int, no bool->int. A NumPy value is taken as
+    the Python one it holds (found from outside: a grid's np.int64 "must be an integer, got 64")."""
+    value = plain(value)
     origin = typing.get_origin(tp)
     if origin is Literal:
         if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:

@@ -531,12 +531,13 @@ def _release(run: Path, lock: IO | None, created: tuple[Path, ...]) -> None:
     unlock_folder(lock)
 
 
-def trainer(run: Path) -> tuple[int, str] | None:
-    """(PID, host) of the process training `run` (holding its lock), or None if none does."""
+def trainer(run: Path, lock: str = LOCK) -> tuple[int, str] | None:
+    """(PID, host) of the process training `run` (holding its lock; `lock`: another of the folder's, as a sweep's), or
+    None if none does."""
     try:
         import fcntl
 
-        f = open(Path(run) / LOCK)
+        f = open(Path(run) / lock)
     except (ImportError, OSError):
         return None
     with f:

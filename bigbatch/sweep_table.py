@@ -40,19 +40,27 @@ def logged_scores(cfg: Config) -> tuple[str, ...]:
 
 def existing_folders(root: Path, names: list[str]) -> list[str]:
     """Each combination's folder: the one an earlier sweep into RUNS_DIR named with the grid's keys in another
-    order, if there is one (found from outside: {model.ch, train.batch} trained again what {train.batch,
-    model.ch} had trained), else its name."""
+    order, or with its numbers written otherwise, if there is one (found from outside: {model.ch, train.batch}
+    trained again what {train.batch, model.ch} had trained; lr=2.0 what lr=2 had), else its name."""
     there = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
-    by_parts = {tuple(sorted(name.split(","))): name for name in there}
+    in_order = {_parts(name): name for name in there}
+    any_order = {tuple(sorted(_parts(name), key=repr)): name for name in there}
 
     def folder(name: str) -> str:
-        parts = tuple(sorted(name.split(",")))
-        keys = {part.split("=", 1)[0] for part in parts}  # (two keys of one short name, train.lr and swap.lr:
-        if len(parts) < 2 or len(keys) < len(parts) or name in there:  # their order is theirs)
+        parts = _parts(name)
+        if name in there:
             return name
-        return by_parts.get(parts, name)
+        if len({key for key, _ in parts}) < len(parts):  # (two keys of one short name, train.lr and swap.lr: their
+            return in_order.get(parts, name)  # order is theirs)
+        return any_order.get(tuple(sorted(parts, key=repr)), name)
 
     return [folder(name) for name in names]
+
+
+def _parts(name: str) -> tuple[tuple[str, Any], ...]:
+    """A run folder's name as its (key, value) pairs, a number's value as the number (2 and 2.0 are one)."""
+    pairs = (part.partition("=")[::2] for part in name.split(","))
+    return tuple((key, float(value) if is_number(_value(value)) else value) for key, value in pairs)
 
 
 NAME_LIMIT = 200  # characters of a run folder's name

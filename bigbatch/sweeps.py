@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch import checkpoints
+from bigbatch.checkpoint_find import SWEEP_LOCK
 from bigbatch.config import Config
+from bigbatch.config_types import plain
 from bigbatch.errors import BigbatchError, warn, warnings_off
 from bigbatch.files import lock_folder, unlock_folder
 from bigbatch.metrics_file import HIGHER_IS_BETTER, SCORES, read_metrics
-from bigbatch.resuming import unresumable_changes
+from bigbatch.resuming import resume_changes, unresumable_changes
 from bigbatch.signals import Terminated, sigterm_raises
 from bigbatch.sweep_runs import Job, Stopped, complain, make_starter, mark_failed, say, side_by_side, train_here
 from bigbatch.sweep_space import check_space, suggest
@@ -91,6 +93,7 @@ def sweep(
         raise BigbatchError(
             "sweep grid must map dotted config keys to lists of values, e.g. {'train.batch': [64, 256]}"
         )
+    grid = {key: plain(values) for key, values in grid.items()}  # (np.arange(...) is a list of its values)
     for key, values in grid.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise BigbatchError(f"sweep grid key {key!r} must map to a non-empty list of values, got {values!r}")
@@ -127,7 +130,7 @@ def sweep(
             if state != "finished":
                 todo.append(job)
             else:
-                _say_past_length(job)
+                _say_kept(job)
         with _table_on_stop(root, jobs, lambda stopped: "run the sweep again to resume it"):
             # (the table as each run ends: found from outside, a sweep killed by SIGKILL had written none)
             if launcher == "local":
@@ -173,13 +176,13 @@ def _one_sweep(root: Path) -> Iterator[None]:
     made = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     said = "{} is in use by another sweep ({}); wait for it to end, or give this one another RUNS_DIR"
-    lock = lock_folder(root, ".sweep.lock", lambda folder, pid, held_by: said.format(folder, held_by))
+    lock = lock_folder(root, SWEEP_LOCK, lambda folder, pid, held_by: said.format(folder, held_by))
     try:
         yield
     finally:
         # (a folder this sweep made and left empty, refused before its first run, goes: found from outside, a
         # folder of a lock alone was left)
-        empty = made and [p.name for p in root.iterdir()] == [".sweep.lock"]
+        empty = made and [p.name for p in root.iterdir()] == [SWEEP_LOCK]
         unlock_folder(lock, remove=empty)
         if empty:
             with contextlib.suppress(OSError):  # (something came meanwhile: an NFS .nfsXXXX; not the error to show)
@@ -244,6 +247,7 @@ def _search(
             "function of the Optuna trial returning the overrides"
         )
     if not callable(space):
+        space = {key: plain(spec) for key, spec in space.items()}  # (np.logspace(...) is a list of its choices)
         check_space(base, space)
     jobs: list[Job] = []
 
@@ -283,6 +287,11 @@ def _search(
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
             jobs.append(job)
+            trial.set_user_attr("run", str(job.run))  # (its run folder, where Optuna's dashboard shows the trial)
+            if status(job.run, job.cfg) == "finished":  # (a search run again samples its finished trials again: found
+                say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}: finished before")  # from outside, each was
+                tell(job)  # started, trained nothing and left a new TensorBoard file)
+                continue
             say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
             yield job
 
@@ -429,16 +438,27 @@ def _refused(job: Job, nprocs: int | None) -> bool:
     return False
 
 
-def _say_past_length(job: Job) -> None:
-    """A finished run that trained past the sweep's train.kimg is kept as it is: said (found from outside: a
-    sweep run again shorter tabulated the longer runs beside the new ones, without a word)."""
-    done = checkpoints.complete_checkpoints(job.run)
-    own = Config.load(done[-1] / "config.toml").train
+def _say_kept(job: Job) -> None:
+    """A finished run that trained past the sweep's train.kimg, or was scored with other eval settings than the
+    sweep's, is kept as it is: said (found from outside: a sweep run again shorter, or with eval.n raised,
+    tabulated the runs of before beside the new ones, without a word)."""
+    saved = checkpoints.complete_checkpoints(job.run)[-1] / "config.toml"
+    own = Config.load(saved).train
     if own.images > job.cfg.train.images:
         warn(
             f"{job.run.name} trained to its own train.kimg={own.kimg:g}, past this sweep's {job.cfg.train.kimg:g}: "
             "its row is of its own length (give another RUNS_DIR for runs of this length)"
         )
+    scoring = {k: v for k, v in resume_changes(saved, job.cfg).items() if k.startswith("eval.") and k not in UNSCORED}
+    if scoring:
+        shown = ", ".join(f"{k}={old!r} (this sweep: {new!r})" for k, (old, new) in scoring.items())
+        warn(
+            f"{job.run.name} was scored with its own {shown}: its row's scores are of those (give another RUNS_DIR "
+            "for runs scored so)"
+        )
+
+
+UNSCORED = ("eval.batch_size", "eval.best")  # eval settings a run's scores do not depend on
 
 
 def run_file(path: str | Path, args: Sequence[str] = ()) -> None:
