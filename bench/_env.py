@@ -10,11 +10,12 @@ import torch
 from _gpu_report import device_name, provenance
 
 
-def measured_on(device: str | torch.device = "cpu") -> str:
+def measured_on(device: str | torch.device = "cpu", threads: int | None = None) -> str:
     """ "Measured DATE on DEVICE (a CPU's threads and torch's kernels for it: their ISA); commit ...; load average L
-    on C cores" as a Markdown note: a CPU figure taken where other processes share the cores is the slower for it."""
+    on C cores" as a Markdown note: a CPU figure taken where other processes share the cores is the slower for it.
+    `threads`: those of the processes measured, where they are not this one (a side-by-side's workers)."""
     device = torch.device(device)
-    where = device_name(device)
+    where = device_name(device, threads)
     if device.type == "cpu":
         where += f", torch's CPU kernels for {torch.backends.cpu.get_cpu_capability()}"
     load = f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""

@@ -23,8 +23,8 @@ from bigbatch.files import atomic_write
 REPO = Path(__file__).resolve().parent.parent
 
 
-def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU's with the threads torch uses."""
+def device_name(device: torch.device, threads: int | None = None) -> str:
+    """The GPU's name, or the CPU's with the threads torch uses (`threads`: those of the processes measured)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     cpu = platform.processor() or "CPU"
@@ -32,7 +32,7 @@ def device_name(device: torch.device) -> str:
         cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
     except (OSError, AttributeError):
         pass
-    threads = torch.get_num_threads()
+    threads = threads or torch.get_num_threads()
     return f"{cpu}, {threads} thread{'s' * (threads != 1)}"
 
 

@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import device_arg, name_list, positive_int  # noqa: E402
+from _env import measured_on  # noqa: E402
 from resample import seconds  # noqa: E402
 
 from bigbatch.engine.memory import CPUPeak, format_bytes  # noqa: E402
@@ -147,6 +148,7 @@ def main() -> None:
     args = p.parse_args()
     device = torch.device(args.device)
     sizes = args.sizes or ("full" if device.type == "cuda" else "small")
+    print(measured_on(device))
     print(table(rows(device, sizes, args.precisions, args.repeats)))
 
 

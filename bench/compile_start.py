@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import device_arg, one_line_errors, positive_int  # noqa: E402
+from _env import measured_on  # noqa: E402
 
 
 def configured(args: argparse.Namespace):  # noqa: ANN201 (bigbatch's Config, imported late: a start's import time)
@@ -82,6 +83,7 @@ def main() -> None:
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"[compile_start] start {start + 1}: {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
     given = " ".join(["train.batch=2", *args.overrides])
+    print(measured_on(args.device))
     print(f"# {args.preset} ({given}), {args.precision}, {args.device}: the first iteration in a new process")
     print("| start | first iteration s | Inductor graphs | from the cache | pairs left uncached | imports s |")
     print("|---|---|---|---|---|---|")

@@ -35,6 +35,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import int_list, positive_int  # noqa: E402
+from _env import measured_on  # noqa: E402
 
 from bigbatch.data import BatchLoader, H5Data, prepare  # noqa: E402
 from bigbatch.data.streams import GlobalOrder  # noqa: E402
@@ -164,6 +165,7 @@ def main() -> None:
     if not args.dir:  # (found from outside: 0.35 GB a run left in /tmp)
         atexit.register(shutil.rmtree, root, True)
     src, h5 = root / "src", root / "data.h5"
+    print(measured_on())
     print(
         f"# {args.n} synthetic photos {args.src_size}px -> {args.resolution}px, {os.cpu_count()} CPUs, in {root}; "
         f"load average before: {os.getloadavg()[0]:.1f}"

@@ -18,7 +18,6 @@ bigbatch.data.streams.per_row uses (a ratio of one run; the machine's cores deci
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from contextlib import nullcontext
 from unittest import mock
@@ -191,7 +190,9 @@ def main() -> None:
         stylegan2_draws(64 if args.quick else 256, 8 if args.quick else 64, args.quick),
         device_crops(128, 32, True) if args.quick else device_crops(512, 224, False),
     ]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores\n")
+    from _env import measured_on  # (counts, not times: the code and torch they are of)
+
+    print(measured_on())
     print("| part of a step | weights | before (the CPU's way) | now, on a GPU |")
     print("|---|---|---|---|")
     for row in rows:

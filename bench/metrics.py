@@ -122,6 +122,9 @@ def main() -> None:
             for name, ips in rates(runners, images(batch, size), args.batches, device).items():
                 rows.append((name, size, ips))
     ours_fid, theirs_fid = fid_seconds()
+    from _env import measured_on
+
+    print(measured_on(device))
     print(
         f"# Inception feature extraction, device {device} (load average {load:.1f} at start), batch {batch}, "
         f"best of {args.batches} calls; "

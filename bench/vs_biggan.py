@@ -202,6 +202,9 @@ def main() -> None:
     stats = workers.stats
 
     ref = stats(REFERENCE)
+    from _env import measured_on
+
+    print(measured_on("cpu", threads=1))
     print(f"# BigGAN 32 px, ch {a.ch}, batch {a.batch}, {a.d_steps} D steps per G step, 10 classes, hinge, SN, "
           f"G_ema; BigGAN-PyTorch's extra flags: '{a.biggan_args}'; one thread a side; {a.steps} timed iterations "
           f"a row after {a.warmup} warm-up, rows alternating\n")  # fmt: skip

@@ -203,6 +203,9 @@ def main() -> None:
         workers.close()
     stats, times = workers.stats, workers.times
 
+    from _env import measured_on
+
+    print(measured_on("cpu", threads=1))
     print(f"# SAEHD {a.archi} {a.res}px, ae/e/d/d_mask dims {','.join(map(str, a.dims))}, batch {a.batch}, fp32, "
           f"AdaBelief, masked training, clipgrad {'on' if a.clipgrad else 'off'}; one thread a side; "
           f"{a.steps} timed iterations a row after {a.warmup} warm-up, rows alternating; DFL as shipped ran "

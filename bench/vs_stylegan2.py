@@ -394,6 +394,9 @@ def main() -> None:
         return lo / a.steps, med / a.steps, load
 
     ref = per_iteration(REFERENCE)
+    from _env import measured_on
+
+    print(measured_on("cpu", threads=1))
     widths = ", ".join(f"{min(a.ch * 256 // r, a.ch_max)} at {r} px" for r in (4, 8, 16, 32))
     print(f"# StyleGAN2 32 px, 10 classes, channels {widths}, z = w "
           f"{a.z_dim}, batch {a.batch}, mbstd 4, mixing {a.mixing}, fp32; path length every 4, R1 every 16; "

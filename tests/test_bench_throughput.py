@@ -118,6 +118,7 @@ def test_compile_start_times_a_cold_start_then_one_from_the_cache():
     out = subprocess.run([sys.executable, str(bench), *tiny, "model.options={d_sn=false}"], capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("_Measured "), out.stdout  # (when, on what, with which code: found from outside)
     rows = [line.split("|")[1:-1] for line in out.stdout.splitlines() if re.match(r"\| \d", line)]
     (cold, cold_s, graphs, cold_hits, cold_left, _), (warm, warm_s, warm_graphs, hits, left, _) = rows
     assert cold.strip() == "1, cold (empty cache)" and warm.strip() == "2, warm"
@@ -138,6 +139,7 @@ def test_host_ops_counts_fewer_launches_for_a_gpus_optimizer_and_ema_step():
     script = Path(__file__).parent.parent / "bench" / "host_ops.py"
     out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert re.match(r"_Measured [\d-]+ on .*; commit \w+", out.stdout), out.stdout  # (the code the counts are of)
     rows = {r.split(" | ")[0].strip("| "): r.split(" | ")[2:] for r in out.stdout.splitlines() if r.startswith("| ")}
     for name in ("SAEHD 64 px df-ud 32/16/16/8: AdaBelief step", "BigGAN 32 px ch 8: G_ema update"):
         before, now = (int(c.strip(" |").replace(",", "")) for c in rows[name])
