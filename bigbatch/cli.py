@@ -59,8 +59,8 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
-        check_local_data(cfg, new_run=not resume)  # a missing or broken data file, as training would refuse it
-        floor = build_on_meta(cfg, warns=not resume)  # model options only the constructors check (a depth not 6n+2)
+        data = check_local_data(cfg, new_run=not resume).get(cfg.data.path)  # a missing or broken data file, as
+        floor = build_on_meta(cfg, not resume, data)  # training refuses it; what only the constructors check
         if args.run_dir:  # (found from outside: passed a --run-dir holding a run, without --resume)
             check_resume(Path(args.run_dir), resume)
         uses = {"train.init_from": cfg.train.init_from, "eval.weights": cfg.eval.weights if cfg.eval.every_kimg else ""}

@@ -15,11 +15,11 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import is_url
 
 
-def check_local_data(cfg: Any, new_run: bool = True) -> None:
+def check_local_data(cfg: Any, new_run: bool = True) -> dict[str, dict]:
     """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
     foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
     first). builtin:NAME's name is checked; URLs are left to training. `new_run`: and an XSeg's train.init_from
-    against the faces, as a new run checks it."""
+    against the faces, as a new run checks it. Returns the metadata read, by the path given."""
     from bigbatch.data.hdf5 import read_meta
     from bigbatch.data.load import check_builtin, check_one_shape
     from bigbatch.urls import Location
@@ -54,7 +54,7 @@ def check_local_data(cfg: Any, new_run: bool = True) -> None:
         gan_start(cfg, len(metas[cfg.data.path]["class_names"]), int(metas[cfg.data.path]["channels"]))
     src, dst = (SimpleNamespace(meta=metas[k]) if k in metas else None for k in (cfg.data.path, cfg.data.dst_path))
     if cfg.task not in ("swap", "xseg") or src is None or (dst is None and cfg.task == "swap"):
-        return
+        return metas
     from bigbatch.tasks.swap.task import face_type_of
 
     face_type = face_type_of(cfg, src, dst or src, cfg.task)
@@ -63,6 +63,7 @@ def check_local_data(cfg: Any, new_run: bool = True) -> None:
         from bigbatch.tasks.xseg.task import init_from
 
         init_from(models.create_segmenter(cfg.model.name, cfg.data.resolution, **cfg.model.options), start, face_type)
+    return metas
 
 
 def _check_stored_size(cfg: Any, given: str, meta: dict) -> None:
@@ -116,8 +117,9 @@ def gan_start(cfg: Any, n_classes: int, channels: int) -> None:
         init_from(cfg.train.init_from, G, D, cfg.model.name, main=False, quiet=True)
 
 
-def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
-    """Build the config's models on the meta device (no memory, no data: 10 classes stand in, 3 channels),
+def build_on_meta(cfg: Any, warns: bool = True, data: dict | None = None) -> int | None:
+    """Build the config's models on the meta device (no memory; `data`: the metadata of data.path, its classes and
+    channels, where read, else 10 classes stand in, and 3 channels),
     so that --dry-run refuses what only their constructors check, as training would (a classifier's depth
     that is not 6n+2, a resolution a GAN family has no layers for, an unknown SAEHD archi). `warns`: a new run's
     (not a resume's): and refuse and say what a new run does of its settings as it starts (said on the first rank).
@@ -130,16 +132,18 @@ def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
     from bigbatch.tasks.interface import check_new_run, say_new_run
 
     trained, kept, states = [], [], 2  # (Adam's two moments a weight; SGD with momentum's one, RMSprop's one)
+    # (the data's classes: found from outside, an ImageNet model's 1000-class head and embeddings counted as 10's)
+    classes, channels = len((data or {}).get("class_names") or []) or 10, int((data or {}).get("channels") or 3)
     with torch.device("meta"):
         if cfg.task == "classify":
-            trained = [models.create_classifier(cfg.model.name, 10, ch=cfg.model.ch, **cfg.model.options)]
+            trained = [models.create_classifier(cfg.model.name, classes, ch=cfg.model.ch, **cfg.model.options)]
             kept = trained * bool(cfg.train.model_ema_kimg)
             states = 2 if cfg.train.optimizer == "adamw" else int(cfg.train.momentum > 0)
         elif cfg.task == "gan":
             from bigbatch.tasks.gan.checks import build_models, check_path_length, warn_built
             from bigbatch.tasks.gan.finetune import freeze_d_blocks
 
-            G, D = build_models(cfg, 10, 3)
+            G, D = build_models(cfg, classes, channels)
             check_path_length(cfg, G)
             freeze_d_blocks(D, cfg.train.freeze_d)  # (found from outside: passed, refused by the run)
             if warns and os.environ.get("RANK", "0") == "0":
@@ -163,7 +167,8 @@ def build_on_meta(cfg: Any, warns: bool = True) -> int | None:
     from bigbatch.engine.memory import grad_bytes, state_bytes
 
     held = state_bytes(trained, []) + state_bytes(kept, [])  # (weights and buffers; the averages' copies of them)
-    return held + grad_bytes(trained) * (1 + states)
+    return held + sum(grad_bytes([m]) for m in trained) * states + grad_bytes(trained)  # (the states of each; the
+    # gradients of one at a time)
 
 
 LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)

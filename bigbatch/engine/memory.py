@@ -96,15 +96,23 @@ CUDA_HEADROOM = 0.92
 
 
 def trained_bytes(optimizers: Iterable[torch.optim.Optimizer]) -> int:
-    """Bytes of the gradients of the parameters `optimizers` train: a step holds them whatever its micro-batch (found
-    from outside: counted by requires_grad, a GAN's G had none while its D step was probed, 1.2 MiB of 8.7 unsaid)."""
-    held = {id(p): p for opt in optimizers for group in opt.param_groups for p in group["params"]}
-    return sum(p.numel() * p.element_size() for p in held.values())
+    """Bytes of the gradients a step holds whatever its micro-batch: those of the optimizer's parameters whose are the
+    most, as rep.step makes one optimizer's and frees them as it ends (found from outside: counted by requires_grad, a
+    GAN's G had none while its D step was probed, 1.2 MiB of 8.7 unsaid; G's and D's counted together, a budget that
+    micro-batch 1 fitted was said to be under this floor)."""
+    each = (_params_bytes(p for group in opt.param_groups for p in group["params"]) for opt in optimizers)
+    return max(each, default=0)
 
 
 def grad_bytes(modules: Iterable[torch.nn.Module]) -> int:
-    """Bytes of the gradients of `modules`' trained parameters: a step holds them whatever its micro-batch."""
-    return sum(p.numel() * p.element_size() for m in modules for p in m.parameters() if p.requires_grad)
+    """Bytes of the gradients a step holds whatever its micro-batch, of one of `modules` (each its own optimizer's:
+    a GAN's G and D) at a time: the most of their trained parameters'."""
+    return max((_params_bytes(p for p in m.parameters() if p.requires_grad) for m in modules), default=0)
+
+
+def _params_bytes(params: Iterable[torch.Tensor]) -> int:
+    held = {id(p): p for p in params}
+    return sum(p.numel() * p.element_size() for p in held.values())
 
 
 def state_bytes(
