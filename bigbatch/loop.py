@@ -296,8 +296,8 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 raise BigbatchError(f"{e}; saved {path}. Once it reads again, continue with: {resume_with}") from None
             except SkipLimitReached as e:  # (its last row logged, skipped steps counted: found from outside, lost)
                 if main and failed is None:
-                    with suppress(BigbatchError, OSError):
-                        progress.log(feed.nimg, task.steps)
+                    with suppress(BigbatchError, OSError):  # (the iteration that raised, not yet counted: found
+                        progress.log(feed.nimg, task.steps + 1)  # from outside, its row took the one before's number)
                 progress.close()
                 if failed is not None:
                     raise failed from None

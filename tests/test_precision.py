@@ -53,6 +53,8 @@ def test_a_short_run_of_skipped_steps_stops_too(tiny, tmp_path, capsys):
     rows, said = read_metrics(tmp_path / "r" / "metrics.jsonl"), capsys.readouterr().err
     count, net = re.search(r"(\d+) of the last \d ([GD]) steps", str(stopped.value)).groups()
     assert sum(r.get(f"skipped_{net}", 0) for r in rows) == int(count) >= 2
+    # (the last row, of the iteration that stopped it, numbered as its own: found from outside, the one before's)
+    assert [r["step"] for r in rows] == [round(r["kimg"] * 1000 / 32) for r in rows], rows
     said = said.count("skipped: its loss or gradients are not finite")  # (the 1st, 10th, 100th, ... of each)
     assert said == sum(any(r.get(f"skipped_{n}") for r in rows) for n in "GD")
     assert not (tmp_path / "r" / "checkpoints").exists()
@@ -193,7 +195,7 @@ def test_a_run_that_never_took_a_step_says_so_when_it_stops():
             rep.step(step_fn, x, opt)
     said = str(e.value)
     assert "3 of the last 4 clf steps had a non-finite loss" in said and "; 19 of its 19 skipped in all)" in said
-    assert 'training stopped with its first weights: give the Replicator precision="bf16" (in place of fp16)' in said
+    assert 'training stopped with clf\'s first weights: give the Replicator precision="bf16" (in place of' in said
 
 
 def test_an_fp16_step_interrupted_after_unscaling_is_abandoned_and_the_next_one_runs():
