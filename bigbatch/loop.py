@@ -146,6 +146,7 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             if run.log_window and run.log_window.get("sheet_pending"):  # (its write failed: found by review)
                 run.write_previews(task, nimg, at_checkpoint=False, missing=True)
         plan = f"{describe_plan(cfg, rep.plan)}; {'channels-last' if rep.channels_last else 'NCHW'}"
+        plan += getattr(task, "rate_said", str)()  # (a classifier's rate scaled to the batch)
         if rep.compile:  # (the first step says how much came from the cache)
             plan += f"; {describe_compile(cfg)}, cache {compile_cache.in_use()}"
         # (found from outside: 600 kimg on a folder of 540 images, 1,111 epochs, was not said in any unit but kimg)

@@ -41,3 +41,13 @@ def test_a_schedule_key_nothing_reads_is_one_line(over, said):
 def test_a_gan_refuses_them():
     with pytest.raises(bigbatch.BigbatchError, match="config key 'train.lr_min' is not read by the GAN task"):
         bigbatch.train(bigbatch.preset("digits").override({"train.lr_min": 0.01}), quiet=True)
+
+
+def test_the_start_line_says_the_rate_the_batch_scaled(tmp_path, capsys):
+    # Found from outside: the rate train.lr became at the run's batch was unsaid (timm says the one it computed).
+    cfg = tiny(
+        **{"train.kimg": 0.064, "train.batch": 32, "train.micro_batch": 32, "train.lr": 0.2, "train.lr_batch": 64}
+    )
+    bigbatch.train(cfg.override({"eval.every_kimg": 0, "sample.every_kimg": 0}), run_dir=tmp_path / "r")
+    start = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Training "))
+    assert "; lr 0.1 (train.lr 0.2 per 64 images, scaled linearly to the batch of 32);" in start, start

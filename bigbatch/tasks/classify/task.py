@@ -490,6 +490,16 @@ class ClassifyTask:
         if self.plateau is not None:
             self.plateau.load(state)
 
+    def rate_said(self) -> str:
+        """The start line's learning rate, where the batch scales train.lr ("" where not: found from outside, unsaid,
+        where timm says the rate it computed from the base rate and the global batch)."""
+        t, first = self.cfg.train, self.schedule.phases[0]
+        if not t.lr_batch or first.batch == t.lr_batch or first.lr is not None:
+            return ""
+        how = "by the square root" if t.lr_scale == "sqrt" else "linearly"
+        rate, batch = t.lr * batch_scale(self.cfg, first.batch), first.batch
+        return f"; lr {rate:.4g} (train.lr {t.lr:g} per {t.lr_batch} images, scaled {how} to the batch of {batch})"
+
     def lengthened(self, was_kimg: float, nimg: int) -> str:
         """What a resume's longer train.kimg does to the rate at `nimg` ("" where nothing): a decay runs to the end."""
         try:
