@@ -189,6 +189,8 @@ def _handled(stop: StopRequest) -> Iterator[None]:
     ignored (nohup: the run goes on), found from outside: a closed ssh session's run ended with nothing saved."""
 
     def handler(signum, frame):
+        if os.getpid() != pid:  # (a data worker forked with it: its parent stops it; found from outside, the line
+            return  # said once a worker, of one Ctrl-C to the terminal's process group)
         if signum == signal.SIGINT and (stop.requested or not stop.armed):
             raise KeyboardInterrupt
         said = stop.requested or not stop.armed or os.environ.get("RANK", "0") != "0"
@@ -203,6 +205,7 @@ def _handled(stop: StopRequest) -> Iterator[None]:
                 silence(2)
 
     hangup = [signal.SIGHUP] if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    pid = os.getpid()
     terminals = [fd for fd in (1, 2) if os.isatty(fd)]  # (now: a hung-up terminal is no tty by the time of its SIGHUP)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, *hangup)}
     try:

@@ -97,8 +97,9 @@ def _said_while_waiting(ctx: Context) -> Iterator[None]:
 
     where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     line = f"bigbatch: rank {ctx.rank} of {ctx.world_size} waits for the other ranks at {where} "
-    if torchrun := "TORCHELASTIC_RUN_ID" in os.environ:  # (a node slow to start, or one that failed)
-        line += "(started by torchrun: a rank of another node has not started yet, or it failed)"
+    if torchrun := "TORCHELASTIC_RUN_ID" in os.environ:  # (a node slow to start, or one that failed; of one node,
+        node = "this machine" if os.environ.get("GROUP_WORLD_SIZE") == "1" else "another node"  # a rank of its own:
+        line += f"(started by torchrun: a rank of {node} has not started yet, or it failed)"  # found from outside)
     else:  # (every rank says it: a LOCAL_RANK left too is no machine's first)
         line += (
             "(RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as the environment has them, without torchrun: left by "
