@@ -290,7 +290,8 @@ def _search(
             trial.set_user_attr("run", str(job.run))  # (its run folder, where Optuna's dashboard shows the trial)
             if status(job.run, job.cfg) == "finished":  # (a search run again samples its finished trials again: found
                 say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}: finished before")  # from outside, each was
-                tell(job)  # started, trained nothing and left a new TensorBoard file)
+                _say_kept(job)  # started, trained nothing and left a new TensorBoard file; told, as a grid's are,
+                tell(job)  # that it is kept at its own length and scores)
                 continue
             say(f"[{len(jobs)}/{n_trials}] {job.run.name}: {values}")
             yield job
@@ -443,14 +444,19 @@ def _say_kept(job: Job) -> None:
     sweep's, is kept as it is: said (found from outside: a sweep run again shorter, or with eval.n raised,
     tabulated the runs of before beside the new ones, without a word)."""
     saved = checkpoints.complete_checkpoints(job.run)[-1] / "config.toml"
-    own = Config.load(saved).train
-    if own.images > job.cfg.train.images:
+    own = Config.load(saved)
+    if own.train.images > job.cfg.train.images:
         warn(
-            f"{job.run.name} trained to its own train.kimg={own.kimg:g}, past this sweep's {job.cfg.train.kimg:g}: "
-            "its row is of its own length (give another RUNS_DIR for runs of this length)"
+            f"{job.run.name} trained to its own train.kimg={own.train.kimg:g}, past this sweep's "
+            f"{job.cfg.train.kimg:g}: its row is of its own length (give another RUNS_DIR for runs of this length)"
         )
     scoring = {k: v for k, v in resume_changes(saved, job.cfg).items() if k.startswith("eval.") and k not in UNSCORED}
-    if scoring:
+    if scoring and not any("eval_seconds" in r for r in read_metrics(job.run / "metrics.jsonl")):
+        warn(  # (found from outside: "was scored with its own ..." of a run that logged no score)
+            f"{job.run.name} was not scored (its own eval.every_kimg was {own.eval.every_kimg:g}): its "
+            "row has no scores (give another RUNS_DIR for runs scored so)"
+        )
+    elif scoring:
         shown = ", ".join(f"{k}={old!r} (this sweep: {new!r})" for k, (old, new) in scoring.items())
         warn(
             f"{job.run.name} was scored with its own {shown}: its row's scores are of those (give another RUNS_DIR "

@@ -27,7 +27,8 @@ def short(**overrides):
 def test_a_grid_run_again_takes_its_runs_whatever_writes_their_numbers(tmp_path, capsys):
     assert short().override({"train.batch": np.int64(32)}).train.batch == 32  # (was "must be an integer, got 32")
     runs = tmp_path / "runs"
-    rows = bigbatch.sweep(short(), {"train.weight_decay": np.array([0])}, runs)  # (was "must map to a list")
+    rows = bigbatch.sweep(short(**{"eval.every_kimg": 0}), {"train.weight_decay": np.array([0])}, runs)  # (was
+    # "must map to a list")
     assert [(r["run"], r["status"]) for r in rows] == [("weight_decay=0", "finished")]
     capsys.readouterr()
     # 0.0 is the 0 it trained (was: a new run, weight_decay=0.0), and scored otherwise now: said.
@@ -36,16 +37,16 @@ def test_a_grid_run_again_takes_its_runs_whatever_writes_their_numbers(tmp_path,
     assert sorted(p.name for p in runs.iterdir() if p.is_dir()) == ["weight_decay=0"]
     out, err = capsys.readouterr()
     assert "[1/1] weight_decay=0: finished" in out
-    assert "weight_decay=0 was scored with its own eval.every_kimg=0.128 (this sweep: 0.064): its row's scores" in err
+    assert "weight_decay=0 was not scored (its own eval.every_kimg was 0): its row has no scores" in err
 
 
 def test_a_search_run_again_tells_its_finished_trials_without_starting_them(tmp_path, capsys):
     optuna = pytest.importorskip("optuna")
     runs = tmp_path / "search"
 
-    def search():
+    def search(**over):
         study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
-        bigbatch.sweep(short(), {"train.lr": (0.05, 0.2)}, runs, search=study, n_trials=1, metric="val_top1")
+        bigbatch.sweep(short(**over), {"train.lr": (0.05, 0.2)}, runs, search=study, n_trials=1, metric="val_top1")
         return study
 
     first = search()
@@ -58,6 +59,8 @@ def test_a_search_run_again_tells_its_finished_trials_without_starting_them(tmp_
     out = capsys.readouterr().out
     assert f"[1/1] {run.name}: " in out and ": finished before" in out and "starting" not in out, out
     assert sorted(p.name for p in run.rglob("events.out.tfevents.*")) == events  # (no process started for it)
+    search(**{"eval.every_kimg": 0.064})  # (scored otherwise now: said, as a grid's run is)
+    assert f"{run.name} was scored with its own eval.every_kimg=0.128 (this sweep: 0.064)" in capsys.readouterr().err
 
 
 def test_bigbatch_stop_of_a_sweeps_folder_stops_the_sweep_running_in_it(tmp_path, capsys):
