@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def at_least(least: int) -> Callable[[str], int]:
@@ -41,6 +42,28 @@ def checkout(project: str, marker: str) -> Callable[[str], str]:
 
 
 DFL_CHECKOUT = checkout("DeepFaceLab", "models/Model_SAEHD/Model.py")
+
+
+def writable_file(text: str) -> Path:
+    """An argparse type: the file a table is appended to, checked before anything is measured (found from outside: a
+    folder, a folder that does not exist or a file this user may not write was a traceback once every part had run,
+    minutes of a GPU's time); file:///abs is /abs."""
+    import os
+
+    from bigbatch.errors import BigbatchError
+    from bigbatch.urls import local_path
+
+    try:
+        path = Path(local_path(text, "the table's file", "a benchmark"))
+    except BigbatchError as e:  # (a URL)
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give the file to append the table to")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: its folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written by this user: give a file it may write")
+    return path
 
 
 def positive_float(text: str) -> float:

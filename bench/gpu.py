@@ -62,7 +62,7 @@ if __name__ == "__main__" and sys.argv[1:] == ["--digest"]:  # (without torch: a
     sys.exit(print(source_digest()))
 
 import torch  # noqa: E402
-from _args import positive_float  # noqa: E402
+from _args import positive_float, writable_file  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import BF16_AS_FP32, gan_task, sync  # noqa: E402
 from _gpu_data import jpeg_decode, resnet50_fed  # noqa: E402
@@ -501,7 +501,7 @@ def main() -> None:
     p.add_argument("--dry-run", action="store_true", help="every part at toy sizes (for CPU: a test of this script)")
     p.add_argument(
         "--out",
-        type=Path,
+        type=writable_file,
         help="the file to append to (default bench/RESULTS.md; a dry run's: none unless --out names one)",
     )
     p.add_argument(

@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _args import writable_file  # noqa: E402
 from _check_run import CheckFailed, Step, final_checkpoint, metrics, run_steps, same_checkpoints, section  # noqa: E402
 from _gpu_report import device_name, keep_section, results_file, source_digest  # noqa: E402
 from _procs import ForkServer  # noqa: E402
@@ -468,7 +469,7 @@ def main() -> None:
     p.add_argument("--dry-run", action="store_true", help="every step at toy sizes (on CPU: a test of this script)")
     p.add_argument(
         "--out",
-        type=Path,
+        type=writable_file,
         help="the file to append to (default bench/RESULTS.md; a dry run's: none unless --out names one)",
     )
     p.add_argument("--budget", type=float, default=420, help="seconds for all steps (each also has its limit)")

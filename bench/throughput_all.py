@@ -53,7 +53,7 @@ from torch._dynamo.callback import callback_handler
 from torch._dynamo.utils import counters
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _args import positive_float  # noqa: E402
+from _args import positive_float, writable_file  # noqa: E402
 from _classify import classify_task  # noqa: E402
 from _gan import gan_task  # noqa: E402
 from _kinds import KINDS, OUTSIDE, kind_of  # noqa: E402
@@ -515,7 +515,7 @@ def main() -> None:
     p.add_argument(
         "--budget", type=positive_float, default=2400, help="seconds for all cells (each also has its limit)"
     )
-    p.add_argument("--out", type=Path, help="also write the markdown here")
+    p.add_argument("--out", type=writable_file, help="also write the markdown here")
     p.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()) / "throughput_all_logs")
     p.add_argument(
         "--retry-above", type=float, default=1.1, help="run a cell again once if its wall / CPU is above this"
@@ -533,8 +533,6 @@ def main() -> None:
     unknown = [c for c in wanted + ([args.profile] if args.profile else []) if c not in cell_names()]
     if unknown:
         p.error(f"unknown cell {', '.join(unknown)}; valid: {', '.join(cell_names())}")
-    if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):  # (found from outside: its table was lost)
-        p.error(f"--out {args.out}: give a file in a folder that exists (it is written after all the cells ran)")
     # One thread per process, set before torch's thread pools start in the processes this one spawns.
     os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     with ExitStack() as stack:

@@ -24,10 +24,16 @@ def test_a_dry_run_without_out_prints_its_table_and_appends_to_no_file(tmp_path)
 
 
 def test_a_table_whose_file_cannot_be_written_is_refused_before_it_is_measured(tmp_path):
-    # throughput_all.py measured for half an hour, then lost its table to a traceback writing --out.
-    cmd = [sys.executable, str(REPO / "bench" / "throughput_all.py"), "--out", str(tmp_path / "none" / "x.md")]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "Traceback" not in run.stderr
-    out = tmp_path / "none" / "x.md"
-    said = f"--out {out}: give a file in a folder that exists (it is written after all the cells ran)"
-    assert run.stderr.strip().splitlines()[-1].endswith(said)
+    # throughput_all.py measured for half an hour, then lost its table to a traceback writing --out; gpu.py and
+    # gpu_check.py so too, after the whole of a GPU's time (found from outside).
+    for script, out, said in (
+        ("throughput_all.py", tmp_path / "none" / "x.md", f"its folder {tmp_path / 'none'} does not exist"),
+        ("gpu.py", tmp_path, "is a folder: give the file to append the table to"),
+        ("gpu_check.py", "s3://bucket/x.md", "is a URL, and a benchmark writes local files"),
+    ):
+        cmd = [sys.executable, str(REPO / "bench" / script), "--device", "cpu", "--dry-run", "--out", str(out)]
+        run = subprocess.run(cmd[:2] + cmd[-2:] if script == "throughput_all.py" else cmd, capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        last = run.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"{script}: error: argument --out: ") and said in last, last
