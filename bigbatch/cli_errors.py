@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from bigbatch.engine.dist import lost_peer, lost_peer_said
 from bigbatch.errors import BigbatchError, printable, say
-from bigbatch.urls import local_path, local_run
+from bigbatch.urls import file_path, local_path, local_run
 
 
 class Parser(argparse.ArgumentParser):
@@ -174,7 +174,13 @@ RUN_INPUTS = {"sample", "plot", "stop", "merge", "swap", "export-dfl", "predict"
 def refuse_url_paths(args: argparse.Namespace, argv: list[str]) -> None:
     """An output given as a URL to a command that writes local files, and a run given as one to a command that reads
     it as local files, refused in one line (found from outside: `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and
-    `train --run-dir s3://b/run` trained a run there)."""
+    `train --run-dir s3://b/run` trained a run there). A file: URL is its local path from here on, whatever names it
+    (found from outside: a run, a config, a data set given as file:///abs were each "file:/abs does not exist")."""
+    for name, value in vars(args).items():
+        if isinstance(value, str):
+            setattr(args, name, file_path(value))
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            setattr(args, name, [file_path(v) for v in value])
     runs = [getattr(args, name, None) for name in ("run", "path", "init_from")] if args.command in RUN_INPUTS else []
     for value in [r for run in runs for r in ([run] if isinstance(run, str) else run or ())]:  # (plot's: a list)
         local_run(value)

@@ -5,17 +5,24 @@ kept for its loop, which saves at step 0 and exits 0, as one a moment later (fou
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 from bigbatch import signals  # (the standard library's alone: before torch)
+from bigbatch.errors import say
 
 
 def main() -> int:
     if signals.starts_a_run(sys.argv[1:]):
         signals.keep_sigterm_for_the_loop()
+    # A script's background job starts with SIGINT ignored; every command stops on it (cli.main), from its first
+    # moment (found from outside: a `kill -INT` in the seconds torch took to import was lost, and the run trained on).
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         from bigbatch.cli import main as command
     except KeyboardInterrupt:
-        print("bigbatch: interrupted as it started: nothing was done", file=sys.stderr)
+        say("bigbatch: interrupted as it started: nothing was done")  # (one write: ranks share a terminal)
         return 130
     return command()  # (which says its own Ctrl-C from here on)

@@ -39,6 +39,22 @@ def names_url(path: str) -> bool:
     return "://" in path and is_url(path)
 
 
+def file_path(text: str) -> str:
+    """`text`, or the local path a file: URL names (RFC 8089: file:///abs, file://localhost/abs, file:/abs; %-escapes
+    undone), as fsspec reads them; a file: URL of another host, or of no absolute path, refused in one line (found from
+    outside: each made a folder named file: in the working folder, and data paths and runs took fewer forms)."""
+    if not re.match(r"(?i)file:", text):
+        return text
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(text)
+    host = parts.netloc not in ("", "localhost")
+    if host or not parts.path.startswith("/"):
+        where = f"names the host {parts.netloc}" if host else "is not of an absolute path"
+        raise BigbatchError(f"{text} {where}: give a path on this machine (file:///abs/path, or the path itself)")
+    return unquote(parts.path)
+
+
 def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> Path:
     """A path this process writes as local files (file:///abs: /abs); a URL (s3://...) refused in one line (found from
     outside: Path() made s3://b/runs the local folder ./s3:/b/runs, and a sweep and bigbatch.train trained there)."""
@@ -47,11 +63,7 @@ def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") 
 
 def local_path(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> str:
     """local_folder's path as the text given (a trailing / kept: a command may read it as a folder's)."""
-    text = os.fspath(value)
-    if re.match(r"(?i)file://(localhost)?/", text):  # (found from outside: ./file:/... made; fsspec reads it so)
-        from urllib.parse import unquote, urlsplit
-
-        text = unquote(urlsplit(text).path)
+    text = file_path(os.fspath(value))  # (found from outside: ./file:/... made; fsspec reads it so)
     if names_url(text):
         raise BigbatchError(
             f"{what} {text} is a URL, and {writer} writes local files: give a local path (and copy the result up "
@@ -64,6 +76,7 @@ def local_run(value: str | os.PathLike) -> Path:
     """A run (its folder, a checkpoint's, a DFL model folder) to read as local files; credentials in it, and a URL,
     refused in one line (found from outside: `sample s3://b/run` said "s3:/b/run does not exist")."""
     refuse_credentials(text := os.fspath(value), public_name(text))  # (first, as everywhere; its public name said)
+    text = file_path(text)
     if names_url(text):
         raise BigbatchError(
             f"{public_name(text)} is a URL, and runs are read as folders on this machine: copy the run down first"
@@ -211,7 +224,7 @@ class Location:
         refuse_credentials(text, what or public_name(text))
         if is_url(text):
             return cls(text, True, public_name(text))
-        local = text.removeprefix("file://")
+        local = file_path(text)
         return cls(local, False, local)
 
     @property

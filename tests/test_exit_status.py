@@ -90,3 +90,19 @@ def test_a_stop_asked_of_a_training_run_is_answered_at_once(capfd):
             os.dup2(kept, 2)
             os.close(kept)
             os.close(write)
+
+
+def test_a_background_jobs_ctrl_c_while_torch_imports_ends_it(tmp_path):
+    # A script's `cmd &` starts with SIGINT ignored: a `kill -INT` in the seconds torch took to import was lost, and
+    # the run trained on to its end (found from outside).
+    cmd = [sys.executable, "-m", "bigbatch", "train", "--preset", "digits", "--run-dir", str(tmp_path / "r")]
+    ignored = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    proc = subprocess.Popen(cmd, preexec_fn=ignored, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "bigbatch: interrupted as it started: nothing was done\n", err
+    assert not (tmp_path / "r").exists()
