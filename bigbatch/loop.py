@@ -370,7 +370,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
                 if save:
                     run.save(task, rep, nimg, progress.seconds(), window(), replace=evaluating)
                     if failed is None and not evaluating:  # (those of one written before its evaluation: with it)
-                        run.write_previews(task, nimg, at_checkpoint=True)
+                        try:
+                            run.write_previews(task, nimg, at_checkpoint=True)
+                        except (BigbatchError, OSError) as e:  # (saved just now: said with the command that goes
+                            failed, sheet_pending = e, True  # on, found from outside; the resume draws them)
                     saved_at, asked = time.monotonic(), False
             except (BigbatchError, OSError) as e:
                 failed = e

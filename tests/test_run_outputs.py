@@ -51,6 +51,27 @@ def test_a_sheet_that_cannot_be_written_stops_the_run_saved_where_it_stands(tiny
     assert alone <= drawn
 
 
+def test_a_checkpoints_sheet_that_cannot_be_written_says_how_the_run_goes_on(tiny, tmp_path, monkeypatch):
+    # Found from outside: the error alone, where a sheet of the regular cadence said the checkpoint and the command.
+    cfg = tiny.override({"sample.every_kimg": 0.512, "checkpoint.every_kimg": 0.256})
+    write = Run.write_previews
+
+    def read_only_at_256(self, task, nimg, at_checkpoint, missing=False):
+        if nimg == 256 and at_checkpoint and not missing:
+            raise OSError(30, "Read-only file system", str(self.path / "samples" / "classes-000000.256.png"))
+        return write(self, task, nimg, at_checkpoint, missing)
+
+    monkeypatch.setattr(Run, "write_previews", read_only_at_256)
+    with pytest.raises(bigbatch.BigbatchError) as failed:
+        bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    said = str(failed.value)
+    assert said.startswith("[Errno 30] Read-only file system") and "000000.256. Once it writes again" in said, said
+    assert f"bigbatch train --run-dir {tmp_path / 'r'} --resume" in said, said
+    monkeypatch.undo()
+    bigbatch.train(cfg, run_dir=tmp_path / "r", resume=True, quiet=True)
+    assert (tmp_path / "r" / "samples" / "classes-000000.256.png").is_file()  # (drawn by the resume)
+
+
 def test_a_crash_in_an_evaluation_leaves_the_sheets_due_with_it_drawn(tiny, tmp_path, monkeypatch):
     from bigbatch.tasks.gan.scorer import Scorer
 
@@ -148,3 +169,17 @@ def test_a_folder_that_is_not_this_runs_is_said_so(tiny, tmp_path):
     (gan / "checkpoints" / "latest").write_text("000000.128\n")  # (its own again: the config given is another's)
     with pytest.raises(bigbatch.BigbatchError, match="trained as a gan run, and the config given is a classify one"):
         bigbatch.train(classifier(**{"train.kimg": 0.7}), run_dir=gan, resume=True, quiet=True)
+
+
+def test_a_resume_with_nothing_to_train_sweeps_the_checkpoints_killed_saves_left(tiny, tmp_path):
+    # Found from outside: a prune killed midway left a whole checkpoint (GBs of BigGAN's), which only a save swept.
+    cfg = tiny.override({"train.kimg": 0.064, "checkpoint.every_kimg": 0.064, "sample.every_kimg": 0})
+    run = bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    left = [run / "checkpoints" / f".pruned-000000.032-{dead.pid}", run / "checkpoints" / f".tmp-000000.096-{dead.pid}"]
+    for folder in left:
+        folder.mkdir()
+        (folder / "G.safetensors").write_bytes(b"half")
+    bigbatch.train(cfg, run_dir=run, resume=True, quiet=True)  # (nothing to train: no save)
+    assert not any(folder.exists() for folder in left)
