@@ -338,7 +338,14 @@ def verify(ckpt: Path, names: tuple[str, ...] | None = None) -> dict[str, Any]:
 def _check_sum(ckpt: Path, meta: dict[str, Any], name: str, found: str) -> None:
     """Corrupt unless `found` is the checksum `meta` (the checkpoint's meta.json) records for the file
     `name` (files of checkpoints written before checksums were recorded pass)."""
-    sums = (meta.get("checksums") or {}).get(CHECKSUM)
+    recorded = meta.get("checksums")
+    sums = recorded.get(CHECKSUM) if isinstance(recorded, dict) else None
+    if "bigbatch" in meta and not (isinstance(sums, dict) and name in sums):  # (a bigbatch that names itself records
+        raise Corrupt(  # them: found from outside, a meta.json edited of its checksums passed a damaged file)
+            f"checkpoint {ckpt} is corrupt: its meta.json records no {CHECKSUM} checksum of {name}, which the bigbatch "
+            f"that wrote it records (damaged on disk, or edited){ADVICE}",
+            ckpt,
+        )
     if isinstance(sums, dict) and name in sums and found != sums[name]:
         raise Corrupt(
             f"checkpoint {ckpt} is corrupt: {name} does not match the {CHECKSUM} checksum recorded when it was "

@@ -69,6 +69,8 @@ def _state(run: Path, ckpt: Path | None, meta: dict, rows: list[dict]) -> str:
     launch = f", started as the run was ({ranks} processes)" if isinstance(ranks, int) and ranks > 1 else ""
     # (found from outside: a run that failed was said to have ended, the line it failed with left to its output)
     failed = f". It failed: {plan['failed']}" if isinstance(plan.get("failed"), str) else ""
+    if ckpt is None and (back := checkpoint_find.way_back(run)):  # (found from outside: "goes on from its start",
+        return f"not training: no checkpoint of it is intact{back}"  # which the resume refused)
     if ckpt is None:
         logs = f" (logged to {logged:g} kimg)" if logged else ""
         return f"not training: it ended before its first checkpoint{logs}; {again} from its start{launch}{failed}"
