@@ -171,12 +171,18 @@ URL_OUTPUTS = {"prepare"}
 RUN_INPUTS = {"sample", "plot", "stop", "merge", "swap", "export-dfl", "predict", "export", "train"}
 
 
+NOT_PATHS = ("args", "launched", "overrides")  # a sweep file's own arguments, a launched command (its ranks read
+# their paths), config overrides (key=value; data paths parsed as the config takes them)
+
+
 def refuse_url_paths(args: argparse.Namespace, argv: list[str]) -> None:
     """An output given as a URL to a command that writes local files, and a run given as one to a command that reads
     it as local files, refused in one line (found from outside: `export RUN s3://b/x.pt` wrote ./s3:/b/x.pt, and
     `train --run-dir s3://b/run` trained a run there). A file: URL is its local path from here on, whatever names it
     (found from outside: a run, a config, a data set given as file:///abs were each "file:/abs does not exist")."""
     for name, value in vars(args).items():
+        if name in NOT_PATHS:
+            continue
         if isinstance(value, str):
             setattr(args, name, file_path(value))
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):

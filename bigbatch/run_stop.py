@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from bigbatch.checkpoint_find import SWEEP_LOCK, find_checkpoint, is_sweep_folder, published, sweep_folder_said
+from bigbatch.checkpoint_find import SWEEP_LOCK, find_checkpoint, is_sweep_folder, published
 from bigbatch.errors import BigbatchError
 from bigbatch.rundir import LOCK, trainer
 
@@ -26,7 +26,10 @@ def stop_run(run: Path, wait: float = 300.0) -> int:
     lock = SWEEP_LOCK if is_sweep_folder(Path(run)) else LOCK  # (found from outside: a sweep's folder was refused,
     found = trainer(run, lock)  # its process to be found by hand)
     if found is None and lock == SWEEP_LOCK:
-        raise BigbatchError(sweep_folder_said(Path(run)) + " (no sweep runs in it now)")
+        raise BigbatchError(  # (found by review: a sweep folder's advice for other commands)
+            f"{run} is a sweep's folder, and no sweep runs in it now: nothing to stop (one of its runs trained on its "
+            f"own: bigbatch stop {run}/<run>)"
+        )
     if found is None and not (Path(run) / "config.toml").is_file():  # (a run holds its lock before writing it)
         raise BigbatchError(f"{run} is not a run directory (no config.toml): give the --run-dir a training writes to")
     if found is None:

@@ -451,6 +451,8 @@ def _say_kept(job: Job) -> None:
             f"{job.cfg.train.kimg:g}: its row is of its own length (give another RUNS_DIR for runs of this length)"
         )
     scoring = {k: v for k, v in resume_changes(saved, job.cfg).items() if k.startswith("eval.") and k not in UNSCORED}
+    if not job.cfg.eval.every_kimg:  # (nothing scored by this sweep either: its settings beside the point)
+        scoring = {}
     if scoring and not any("eval_seconds" in r for r in read_metrics(job.run / "metrics.jsonl")):
         warn(  # (found from outside: "was scored with its own ..." of a run that logged no score)
             f"{job.run.name} was not scored (its own eval.every_kimg was {own.eval.every_kimg:g}): its "

@@ -41,18 +41,23 @@ def names_url(path: str) -> bool:
 
 def file_path(text: str) -> str:
     """`text`, or the local path a file: URL names (RFC 8089: file:///abs, file://localhost/abs, file:/abs; %-escapes
-    undone), as fsspec reads them; a file: URL of another host, or of no absolute path, refused in one line (found from
-    outside: each made a folder named file: in the working folder, and data paths and runs took fewer forms)."""
+    undone; a # or ? kept, as a file's name may hold them); a file: URL of another host, or of no absolute path,
+    refused in one line (found from outside: each made a folder named file: in the working folder, and data paths and
+    runs took fewer forms)."""
     if not re.match(r"(?i)file:", text):
         return text
-    from urllib.parse import unquote, urlsplit
+    from urllib.parse import unquote
 
-    parts = urlsplit(text)
-    host = parts.netloc not in ("", "localhost")
-    if host or not parts.path.startswith("/"):
-        where = f"names the host {parts.netloc}" if host else "is not of an absolute path"
+    rest, host = text[5:], ""
+    if rest.startswith("//"):
+        host, slash, rest = rest[2:].partition("/")
+        rest = slash + rest
+    if "@" in host:  # (user info: not shown)
+        raise BigbatchError(f"a file: URL carries user info (user:password@): give a path on this machine, {rest}")
+    if host not in ("", "localhost") or not rest.startswith("/"):
+        where = f"names the host {host}" if host not in ("", "localhost") else "is not of an absolute path"
         raise BigbatchError(f"{text} {where}: give a path on this machine (file:///abs/path, or the path itself)")
-    return unquote(parts.path)
+    return unquote(rest)
 
 
 def local_folder(value: str | os.PathLike, what: str, writer: str = "bigbatch") -> Path:

@@ -15,6 +15,7 @@ from bigbatch.urls import Location, file_path
 def test_each_form_is_its_path_and_another_hosts_is_one_line():
     for url, path in (
         ("file:///a/b%201", "/a/b 1"),
+        ("file:///runs/exp#2?", "/runs/exp#2?"),  # (a file's name may hold them: urlsplit cut them off)
         ("file://localhost/a/", "/a/"),
         ("FILE:/a", "/a"),
         ("runs:v2", "runs:v2"),  # (a local name may hold a colon)
@@ -24,6 +25,9 @@ def test_each_form_is_its_path_and_another_hosts_is_one_line():
     for url, said in (("file://otherhost/a", "names the host otherhost"), ("file:a", "is not of an absolute path")):
         with pytest.raises(bigbatch.BigbatchError, match=f"^{url} {said}: give a path on this machine"):
             file_path(url)
+    with pytest.raises(bigbatch.BigbatchError) as e:
+        file_path("file://user:secret@host/a")
+    assert "secret" not in str(e.value)
     assert Location.of("file://localhost/x/d.h5").path == Path("/x/d.h5")  # (a data path: ./localhost/x/d.h5 was read)
 
 
@@ -39,3 +43,11 @@ def test_commands_read_and_write_a_run_given_as_a_file_url(tiny, tmp_path, capsy
     assert capsys.readouterr().err.endswith(f"file://host{run} names the host host: give a path on this machine "
                                             "(file:///abs/path, or the path itself)\n")  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "r", "s.png"]  # (no folder named file:)
+
+
+def test_a_sweep_files_own_arguments_are_its_own(tmp_path, capsys):
+    # Found by review: file: arguments meant for the sweep file were parsed (and refused) by bigbatch.
+    script = tmp_path / "grid.py"
+    script.write_text("import sys\nprint(sys.argv[1:])\n")
+    assert main(["sweep", str(script), "file:cache", "file://nas/share"]) == 0
+    assert capsys.readouterr().out == "['file:cache', 'file://nas/share']\n"

@@ -95,4 +95,7 @@ def test_bigbatch_stop_of_a_sweeps_folder_stops_the_sweep_running_in_it(tmp_path
         assert [(r["run"], r["status"]) for r in csv.DictReader(f)] == [("seed=0", "interrupted"), ("seed=1", "new")]
     assert trainer(runs / "seed=0") is None
     assert main(["stop", str(runs)]) == 2  # no sweep runs in it now
-    assert capsys.readouterr().err.rstrip().endswith("draws them all (no sweep runs in it now)")
+    assert capsys.readouterr().err == (
+        f"bigbatch: error: {runs} is a sweep's folder, and no sweep runs in it now: nothing to stop (one of its runs "
+        f"trained on its own: bigbatch stop {runs}/<run>)\n"
+    )

@@ -91,7 +91,7 @@ def test_a_sweeps_folder_is_not_taken_for_a_run(tiny, tmp_path, capsys):
     ):
         bigbatch.train(tiny, run_dir=sweep, quiet=True)
     assert sorted(p.name for p in sweep.iterdir()) == ["batch=16", "results.csv"]
-    for argv in (["info", str(sweep)], ["info", str(sweep), "--verify"], ["stop", str(sweep)], ["sample", str(sweep)]):
+    for argv in (["info", str(sweep)], ["info", str(sweep), "--verify"], ["sample", str(sweep)]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert f"{sweep} is a sweep's folder (its results.md tabulates its runs): give one of its runs" in err, err

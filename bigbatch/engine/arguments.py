@@ -131,7 +131,8 @@ def skip_limit_reached(
     # (fp16's skips while its scale settles are not counted: all are said, lest "5 of 21" read as 16 good)
     also = f"; {state.skipped} of its {state.steps} skipped in all" if state.skipped > recent else ""
     # (whose: found from outside, "its first weights" said of G's where D's first step had been taken)
-    weights = f"{state.name}'s first weights" if state.skipped >= state.steps else f"{state.name}'s last good step's"
+    first = state.skipped >= state.steps
+    weights = f"{state.name}'s first weights" if first else f"{state.name}'s weights of its last good step"
     said = (
         f"{recent} of the last {len(state.history)} {state.name} steps had a non-finite loss or gradients and were "
         f"skipped (more than skip_limit={skip_limit:g} of them{also}); training stopped with {weights}"

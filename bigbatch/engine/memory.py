@@ -97,9 +97,10 @@ CUDA_HEADROOM = 0.92
 
 def trained_bytes(optimizers: Iterable[torch.optim.Optimizer]) -> int:
     """Bytes of the gradients a step holds whatever its micro-batch: those of the optimizer's parameters whose are the
-    most, as rep.step makes one optimizer's and frees them as it ends (found from outside: counted by requires_grad, a
-    GAN's G had none while its D step was probed, 1.2 MiB of 8.7 unsaid; G's and D's counted together, a budget that
-    micro-batch 1 fitted was said to be under this floor)."""
+    most, as bigbatch's tasks hold them, rep.step making one optimizer's and freeing them as it ends (a loop of one's
+    own that backpropagates through another optimizer's net unfrozen holds both: counted low). Found from outside:
+    counted by requires_grad, a GAN's G had none while its D step was probed, 1.2 MiB of 8.7 unsaid; G's and D's counted
+    together, a budget that micro-batch 1 fitted was said to be under this floor."""
     each = (_params_bytes(p for group in opt.param_groups for p in group["params"]) for opt in optimizers)
     return max(each, default=0)
 

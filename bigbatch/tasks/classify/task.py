@@ -493,7 +493,7 @@ class ClassifyTask:
     def rate_said(self) -> str:
         """The start line's learning rate, where the batch scales train.lr ("" where not: found from outside, unsaid,
         where timm says the rate it computed from the base rate and the global batch)."""
-        t, first = self.cfg.train, self.schedule.phases[0]
+        t, first = self.cfg.train, self.schedule.phase_at(self.nimg)  # (the phase it starts or resumes in)
         if not t.lr_batch or first.batch == t.lr_batch or first.lr is not None:
             return ""
         how = "by the square root" if t.lr_scale == "sqrt" else "linearly"

@@ -446,15 +446,18 @@ class SwapTask:
         src, _ = self.src.get(torch.arange(m) % len(self.src))
         dst, _ = self.dst.get(torch.arange(m) % len(self.dst))
         micro = (src, dst, *_draws(m, 0, self.cfg.swap, 0))
+        self._train_only(None)  # (the autoencoder's alone, as its step: the discriminators' were made too)
         self.rep.probe_step(self.loss, micro)
         kept = self.judged([micro]) if self.discs else ()
-        for name in self.discs:
+        # One optimizer's gradients at a time, as the steps hold them (found by review: the autoencoder's were kept
+        # through the discriminators' probes, over the floor a dry run counts).
+        self.opt.zero_grad(set_to_none=True)
+        for name, (*_, opt) in self.discs.items():
             self._train_only(name)
             parts = kept[:2] if name == "code_discriminator" else kept[2:]
             self.rep.probe_step(self.code_d_loss if name == "code_discriminator" else self.gan_d_loss, parts)
-        self._train_only(None)
-        for opt in (self.opt, *(d[2] for d in self.discs.values())):
             opt.zero_grad(set_to_none=True)
+        self._train_only(None)
 
     # ---- checkpoints and previews ---------------------------------------------------------------
     def nets(self) -> dict[str, nn.Module]:
