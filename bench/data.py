@@ -166,10 +166,7 @@ def main() -> None:
         atexit.register(shutil.rmtree, root, True)
     src, h5 = root / "src", root / "data.h5"
     print(measured_on())
-    print(
-        f"# {args.n} synthetic photos {args.src_size}px -> {args.resolution}px, {os.cpu_count()} CPUs, in {root}; "
-        f"load average before: {os.getloadavg()[0]:.1f}"
-    )
+    print(f"# {args.n} synthetic photos {args.src_size}px -> {args.resolution}px, in {root}")  # (cores, load: above)
     if not src.exists():
         photos(src, args.n, args.src_size)
     server, fs = start_s3() if not args.no_s3 else (None, None)

@@ -539,11 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     given = list(sys.argv[1:] if argv is None else argv)
     old = signals.take_sigterm(given, _terminate) if in_main else None
-    # A script's background job starts with SIGINT ignored; every command stops on it as train does (found from
-    # outside: `kill -INT` of a background prepare was ignored, and it went on to the end).
-    old_int = signal.getsignal(signal.SIGINT) if in_main else None
-    if old_int is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_int = signals.hear_sigint()  # (every command stops on a Ctrl-C, a background job's too)
     one_line_warnings()
     args = None
     try:

@@ -195,8 +195,8 @@ def refuse_url_paths(args: argparse.Namespace, argv: list[str]) -> None:
     out = "--out" if any(a == "--out" or a.startswith("--out=") for a in argv) else "the output"
     for name, flag in (("out", out), ("outdir", "--outdir"), ("run_dir", "--run-dir"), ("video", "--video")):
         value = getattr(args, name, None)
-        if isinstance(value, str):  # (file:///abs read as /abs from here on)
-            setattr(args, name, local_path(value, flag, args.command))
+        if isinstance(value, str):
+            local_path(value, flag, args.command)
 
 
 def one_line_warnings() -> None:

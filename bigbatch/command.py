@@ -5,9 +5,7 @@ kept for its loop, which saves at step 0 and exits 0, as one a moment later (fou
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
 from bigbatch import signals  # (the standard library's alone: before torch)
 from bigbatch.errors import say
@@ -16,10 +14,7 @@ from bigbatch.errors import say
 def main() -> int:
     if signals.starts_a_run(sys.argv[1:]):
         signals.keep_sigterm_for_the_loop()
-    # A script's background job starts with SIGINT ignored; every command stops on it (cli.main), from its first
-    # moment (found from outside: a `kill -INT` in the seconds torch took to import was lost, and the run trained on).
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signals.hear_sigint()  # (from its first moment, as cli.main does once imported)
     try:
         from bigbatch.cli import main as command
     except KeyboardInterrupt:

@@ -472,10 +472,10 @@ def _claim_dir(
         raise
     # Atomic writes of killed processes (samples/ too: found from outside, its PNGs' were kept), then what the run
     # writes in, checked now, not at its first save.
-    remove_stale([*run.glob(".*.tmp-*"), *run.glob("checkpoints/.*.tmp-*"), *run.glob("samples/.*.tmp-*")])
     # (and a checkpoint's, or one being pruned, whole: found from outside, a run resumed with nothing to train never
     # saved, which swept them, and kept a killed prune's checkpoint, GBs of BigGAN's)
-    remove_stale([*run.glob("checkpoints/.tmp-*"), *run.glob("checkpoints/.pruned-*")])
+    stale = (".*.tmp-*", "samples/.*.tmp-*", "checkpoints/.*.tmp-*", "checkpoints/.tmp-*", "checkpoints/.pruned-*")
+    remove_stale(path for pattern in stale for path in run.glob(pattern))
     try:
         for folder in (f for f in (run / "checkpoints", run / "samples") if f.is_dir()):
             check_writable(folder)

@@ -96,6 +96,18 @@ def take_sigterm(argv: list[str], terminate: Callable[[int, object], None]) -> A
     return old
 
 
+def hear_sigint() -> Any:
+    """SIGINT heard in the main thread where it was ignored (a script's background job starts so: found from
+    outside, `kill -INT` of a background prepare was ignored, and one in the seconds torch took to import too); the
+    handler before, or None outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = signal.getsignal(signal.SIGINT)
+    if old is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return old
+
+
 def keep_sigterm_for_the_loop() -> None:
     """`bigbatch train`'s start-up (imports, data, models) until its loop takes the signals: a SIGTERM is kept
     rather than ending the process with status 143, and the loop, once it starts, saves (at step 0) and

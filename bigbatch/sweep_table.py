@@ -60,7 +60,7 @@ def existing_folders(root: Path, names: list[str]) -> list[str]:
 def _parts(name: str) -> tuple[tuple[str, Any], ...]:
     """A run folder's name as its (key, value) pairs, a number's value as the number (2 and 2.0 are one)."""
     pairs = (part.partition("=")[::2] for part in name.split(","))
-    return tuple((key, float(value) if is_number(_value(value)) else value) for key, value in pairs)
+    return tuple((key, float(number) if is_number(number := _value(value)) else value) for key, value in pairs)
 
 
 NAME_LIMIT = 200  # characters of a run folder's name

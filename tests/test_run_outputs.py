@@ -25,17 +25,23 @@ def same_weights(a, b) -> bool:
     return True
 
 
+def read_only_at_256(monkeypatch, checkpoints: bool, sheet: str) -> None:
+    """Run.write_previews failing at 256 images as a read-only file system fails it (naming `sheet`): the regular
+    sheets' write, or (`checkpoints`) a checkpoint's; a resume's drawing of those missing is left alone."""
+    write = Run.write_previews
+
+    def read_only(self, task, nimg, at_checkpoint, missing=False):
+        if nimg == 256 and at_checkpoint == checkpoints and not missing:
+            raise OSError(30, "Read-only file system", str(self.path / "samples" / sheet))
+        return write(self, task, nimg, at_checkpoint, missing)
+
+    monkeypatch.setattr(Run, "write_previews", read_only)
+
+
 @pytest.mark.parametrize("every_kimg", [0.512, 0.256])  # (no checkpoint due at the failed sheet; one due with it)
 def test_a_sheet_that_cannot_be_written_stops_the_run_saved_where_it_stands(tiny, tmp_path, monkeypatch, every_kimg):
     cfg = tiny.override({"sample.every_kimg": 0.128, "checkpoint.every_kimg": every_kimg})
-    write = Run.write_previews
-
-    def read_only_at_256(self, task, nimg, at_checkpoint, missing=False):
-        if nimg == 256 and not at_checkpoint:
-            raise OSError(30, "Read-only file system", str(self.path / "samples" / "grid-000000.256.png"))
-        return write(self, task, nimg, at_checkpoint, missing)
-
-    monkeypatch.setattr(Run, "write_previews", read_only_at_256)
+    read_only_at_256(monkeypatch, checkpoints=False, sheet="grid-000000.256.png")
     with pytest.raises(bigbatch.BigbatchError) as failed:
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     said = str(failed.value)
@@ -54,14 +60,7 @@ def test_a_sheet_that_cannot_be_written_stops_the_run_saved_where_it_stands(tiny
 def test_a_checkpoints_sheet_that_cannot_be_written_says_how_the_run_goes_on(tiny, tmp_path, monkeypatch):
     # Found from outside: the error alone, where a sheet of the regular cadence said the checkpoint and the command.
     cfg = tiny.override({"sample.every_kimg": 0.512, "checkpoint.every_kimg": 0.256})
-    write = Run.write_previews
-
-    def read_only_at_256(self, task, nimg, at_checkpoint, missing=False):
-        if nimg == 256 and at_checkpoint and not missing:
-            raise OSError(30, "Read-only file system", str(self.path / "samples" / "classes-000000.256.png"))
-        return write(self, task, nimg, at_checkpoint, missing)
-
-    monkeypatch.setattr(Run, "write_previews", read_only_at_256)
+    read_only_at_256(monkeypatch, checkpoints=True, sheet="classes-000000.256.png")
     with pytest.raises(bigbatch.BigbatchError) as failed:
         bigbatch.train(cfg, run_dir=tmp_path / "r", quiet=True)
     said = str(failed.value)
