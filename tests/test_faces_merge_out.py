@@ -144,7 +144,9 @@ def test_merge_video_writes_pngs_of_odd_frames_whole(workflow, capsys):
     for i in range(1, 5):
         cv2.imwrite(f"odd/{i:05d}.png", np.pad(cv2.imread(f"frames/{i:05d}.png"), ((0, 1), (0, 1), (0, 0)), "edge"))
     args = ["merge", str(run), "odd", str(root / "dst_aligned"), "o", *VIDEO]
+    capsys.readouterr()
     assert main(args) == 0
+    assert "frames of 321x241: o.mp4 is 320x240, its last column and row cut" in capsys.readouterr().err
     assert {cv2.imread(f"o/{i:05d}.png").shape for i in range(1, 5)} == {(241, 321, 3)}
     assert {f.shape for f in video_frames("o.mp4")} == {(240, 320, 3)}
 
@@ -301,3 +303,21 @@ def test_an_fps_other_than_the_sounds_video_is_said_and_ntsc_rates_are_theirs(wo
     assert "its frames taken 10 a second: the video plays at another speed" in capsys.readouterr().err
     assert video.frame_rate(29.97) == video.frame_rate(29.970029) == video.Fraction(30000, 1001)
     assert video.frame_rate(23.976) == video.Fraction(24000, 1001) and video.frame_rate(29.5) == 29.5
+
+
+def test_video_make_of_a_merges_out_takes_the_rate_and_sound_of_the_video_its_frames_came_from(workflow, capsys):
+    # Found from outside: `video make merged/ out.mp4`, DFL's "merged to mp4" step, wrote 25 fps and no sound, unsaid.
+    root, run = workflow
+    clip = root / "data_dst.mp4"
+    assert main(["merge", str(run), str(clip), str(root / "dst_aligned"), "m", "--color", "none"]) == 0
+    assert main(["video", "frames", str(clip), "ten", "--fps", "10"]) == 0
+    assert main(["merge", str(run), "ten", str(root / "dst_aligned"), "t", "--color", "none", "--any-source"]) == 0
+    capsys.readouterr()
+    for out, rate in (("m", video.video_rate(clip)), ("t", 10)):
+        assert main(["video", "make", out, f"{out}.mp4", "--preset", "ultrafast"]) == 0
+        said = capsys.readouterr()
+        assert f"at {float(rate):g} fps with the audio of {clip}" in said.out and not said.err, said
+        assert video.video_rate(f"{out}.mp4") == rate
+    shutil.copytree("m", "plain", ignore=shutil.ignore_patterns(".*"))
+    assert main(["video", "make", "plain", "plain.mp4", "--preset", "ultrafast"]) == 0
+    assert "plain: no record of the video its frames came from, and neither --fps nor" in capsys.readouterr().err

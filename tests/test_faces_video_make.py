@@ -111,3 +111,14 @@ def test_a_video_says_how_its_colours_were_made(tmp_path):
     with Video("hd.mp4") as v:
         (frame,) = list(v.frames())
     assert np.abs(frame[360, 640].astype(int) - (0, 255, 0)).max() <= 2
+
+
+def test_frames_missing_from_the_numbers_are_said(tmp_path, capsys):
+    # Found from outside: 00001-00005 and 00009 made a video of 6 frames without a word (its sound then out of step).
+    frames("gap", 6)
+    Path("gap/00006.png").rename("gap/00009.png")
+    assert main(["video", "make", "gap", "gap.mp4", "--fps", "25", "--preset", "ultrafast"]) == 0
+    assert "3 frames missing from gap's numbers (00006 first): the video closes the gap" in capsys.readouterr().err
+    frames("whole", 3)
+    assert main(["video", "make", "whole", "whole.mp4", "--fps", "25", "--preset", "ultrafast"]) == 0
+    assert "missing" not in capsys.readouterr().err

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, warn
 from bigbatch.faces.video_audio import _av, copy_audio, has_sound
 from bigbatch.files import atomic_write, create_new, pid_alive, read_record
 
@@ -276,6 +276,7 @@ def check_fps(fps: float | None) -> None:
 
 
 FRAMES_RECORD = ".frames.json"  # in `video frames`' DIR: the video and --fps its frames are of, for a rerun
+MERGE_RECORD = ".merge.json"  # in a merge's OUT: what it merged (merge_record), its frames' source among it
 
 
 def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
@@ -323,6 +324,14 @@ def recorded_video(folder: str | Path, said: bool = True) -> tuple[Path | None, 
     workspace/data_dst wrote 25 fps and no sound, its own video beside it. A video gone since: None, and the frames'
     rate, `said` (found from outside: 29.97 fps frames made into a 25 fps video, without a word)."""
     record = read_record(Path(folder) / FRAMES_RECORD)
+    if not record:  # a merge's OUT: its FRAMES' video, or the video those frames came from (found from outside:
+        merged = read_record(Path(folder) / MERGE_RECORD).get("frames")  # `video make` of it wrote 25 fps, no sound)
+        source = Path(merged["path"]) if isinstance(merged, dict) and isinstance(merged.get("path"), str) else None
+        if source is not None and "checksum" in merged and source.is_file():  # (a video, as extract's identity)
+            return source, None
+        if source is not None and source.is_dir() and source.resolve() != Path(folder).resolve():
+            return recorded_video(source, said)
+        return None, None
     video, fps = record.get("video"), record.get("fps")
     fps = fps if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
     if isinstance(video, str) and not Path(video).is_file():
@@ -370,6 +379,12 @@ def write_video(
                             raise BigbatchError(f"frames of {w}x{h} pixels: a video's frames are at least 2x2")
                         stream = container.add_stream("libx264", rate=rate)
                         stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sides
+                        if (stream.width, stream.height) != (w, h):  # (found from outside: unsaid)
+                            warn(
+                                f"frames of {w}x{h}: {out} is {stream.width}x{stream.height}, its last "
+                                f"{'column' if w % 2 else 'row'}{' and row' if w % 2 and h % 2 else ''} cut "
+                                "(H.264's yuv420p takes even sides)"
+                            )
                         stream.pix_fmt = "yuv420p"
                         # What the frames are and how they were made YUV (FFmpeg's RGB-to-YUV: BT.601's matrix, limited
                         # range), said in the stream, so that a player decodes them so (found from outside: untagged HD
@@ -514,6 +529,21 @@ def frame_rate(fps: float | None, like: str | Path | None = None) -> Fraction:
     return Fraction(25)
 
 
+def say_gaps(names: list[Path]) -> None:
+    """Warn of numbers missing between frames named by their numbers (00001.png, ...): the video closes the gap, and
+    the sound of the frames after it plays early (found from outside: frames deleted by hand, unsaid)."""
+    numbers = [int(p.stem) for p in names if p.stem.isdigit()]
+    if len(numbers) != len(names) or not numbers:
+        return
+    missing = numbers[-1] - numbers[0] + 1 - len(set(numbers))
+    if missing > 0:
+        first = next(n + 1 for n, m in zip(numbers, numbers[1:]) if m > n + 1)
+        warn(
+            f"{counted(missing, 'frame')} missing from {names[0].parent}'s numbers ({first:05d} first): the video "
+            "closes the gap: the frames after it play early (ahead of any sound)"
+        )
+
+
 def folder_to_video(
     folder: str | Path,
     out: str | Path,
@@ -535,6 +565,7 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
+    say_gaps(names)
     recorded = recorded_video(folder, said=fps is None and audio_from is None)
     check_video_out(out, "OUT", audio_from, recorded[0])
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
@@ -549,6 +580,11 @@ def folder_to_video(
     rate = frame_rate(fps, audio_from)
     check_sound_fits(out, audio_from)
     say_speed(given, rate, audio_from, taken)
+    if audio_from is None and fps is None:  # (found from outside: 25 fps and no sound, unsaid)
+        warn(
+            f"{folder}: no record of the video its frames came from, and neither --fps nor --audio-from: "
+            f"{float(rate):g} fps and no sound; give --audio-from SRC.mp4 (that video: its rate and its sound)"
+        )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
 
     def frames() -> Iterator[np.ndarray]:
