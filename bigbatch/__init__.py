@@ -24,6 +24,7 @@ _EXPORTS = {
     "BigbatchError": "bigbatch.errors",
     "Config": "bigbatch.config",
     "data": "bigbatch.data",
+    "EMA": "bigbatch.engine.ema",
     "InputContext": "bigbatch.engine.context",
     "launch": "bigbatch.launch",
     "Replicator": "bigbatch.engine.replicator",
@@ -43,6 +44,7 @@ __all__ = [
     "BigbatchError",
     "Config",
     "data",
+    "EMA",
     "InputContext",
     "Replicator",
     "launch",
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from bigbatch import data, launch, models, sampling
     from bigbatch.config import Config
     from bigbatch.engine.context import InputContext
+    from bigbatch.engine.ema import EMA
     from bigbatch.engine.replicator import Replicator
     from bigbatch.errors import BigbatchError
     from bigbatch.loop import train

@@ -216,3 +216,22 @@ def test_auto_planning_a_micro_batch_too_small_for_batchnorm_says_so(capsys, mon
     assert planned(net(nn.BatchNorm2d), "1GiB").micro_batch == 64 and not capsys.readouterr().err
     assert planned(net(lambda c: nn.GroupNorm(8, c)), "12MiB").micro_batch < 16
     assert not capsys.readouterr().err  # (no BatchNorm: nothing to say)
+
+
+def test_a_micro_batch_set_too_small_for_batchnorm_is_said_at_the_first_step(capsys, monkeypatch):
+    # Found from outside: micro_batch 4 of a step's 64 trained a BatchNorm network's statistics over 4 images, unsaid.
+    monkeypatch.setattr("bigbatch.errors._WARNED", set())
+
+    def first_step(norm, micro):
+        rep = bigbatch.Replicator(batch=64, micro_batch=micro, device="cpu")
+        model = rep.prepare(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), norm(8), nn.ReLU(), nn.Conv2d(8, 4, 1)))
+        opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+        for _ in range(2):
+            rep.step(lambda x: model(x).mean(), torch.randn(64, 3, 8, 8), opt)
+        return capsys.readouterr().err
+
+    err = first_step(nn.BatchNorm2d, 4)
+    assert err.count("\n") == 1 and "micro_batch 4: BatchNorm statistics span only 4 images of a step's 64" in err
+    assert "a larger micro_batch spans more ('auto': the largest that fits)" in err and "train." not in err, err
+    assert not first_step(nn.BatchNorm2d, 16)  # (16 images: enough)
+    assert not first_step(lambda c: nn.GroupNorm(4, c), 4)  # (no BatchNorm: nothing to say)

@@ -17,6 +17,8 @@ from typing import TypeVar
 import numpy as np
 import torch
 
+from bigbatch.engine.keyed import generator
+
 # Stream tags: one per kind of draw, so that streams never overlap.
 # (7 was the crops a classifier cut from decoded squares itself: the loader cuts them all now, by RRC's draws.)
 ORDER, Z_D, Z_G, FLIP, SAMPLE, VAL_SPLIT, ORDER_B, WARP, LR_DROPOUT, COLOUR = 1, 2, 3, 4, 5, 6, 8, 9, 10, 11
@@ -30,12 +32,6 @@ UNIFORM_YAW = 19  # the swap task's order of faces by yaw bins (swap.uniform_yaw
 XSEG_AUG = 20  # the xseg task's augmentation draws, per step (tasks/xseg/augment.py)
 CR = 21  # a GAN's consistency regularization: its transforms and nearby latents, per step (tasks/gan/consistency.py)
 GP = 22  # a GAN's gradient penalty: the mixes of real and fake images it is taken at, per step (train.gp)
-
-
-def generator(seed: int, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
-    """A torch.Generator whose stream depends only on `seed` and the non-negative integer `keys`."""
-    state = np.random.SeedSequence([seed & 0xFFFFFFFFFFFFFFFF, *keys]).generate_state(1, np.uint64)[0]
-    return torch.Generator(device=device).manual_seed(int(state))
 
 
 T = TypeVar("T")

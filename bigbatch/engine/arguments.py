@@ -22,7 +22,7 @@ _CONFIG_TERMS = contextvars.ContextVar("bigbatch_config_terms", default=False)
 API_TERMS = (
     (" (a resumed run keeps its batch)", ""),
     ("train.precision=bf16", 'precision="bf16"'),
-    *((f"train.{k}", k) for k in ("micro_batch", "batch", "memory_budget", "grad_clip", "checkpointing")),
+    *((f"train.{k}", k) for k in ("micro_batch", "batch", "memory_budget", "grad_clip", "checkpointing", "sync_bn")),
 )
 
 

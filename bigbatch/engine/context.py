@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
+
+from bigbatch.engine import keyed
+from bigbatch.errors import BigbatchError
 
 
 class InputContext:
@@ -36,3 +40,24 @@ class InputContext:
     @property
     def device(self) -> torch.device:
         return self._rep.device
+
+    @property
+    def rows(self) -> slice:
+        """This rank's rows of a step's whole batch (`batch` rows): rank * share .. (rank + 1) * share - 1."""
+        return slice(self.rank * self.share, (self.rank + 1) * self.share)
+
+    def generator(self, step: int, seed: int = 0) -> torch.Generator:
+        """A generator on this rank's device whose draws depend on `seed` and `step` alone, the same on every rank.
+        Draw a step's random numbers for its whole batch and keep this rank's `rows` of them, and each example
+        gets the same ones whatever the world size and micro-batch, on a rerun and after a resume (what a step
+        function draws from torch's global generator changes with the micro-batch and the world size):
+
+            g = ctx.generator(step)
+            noise = torch.randn(ctx.batch, *x.shape[1:], generator=g, device=ctx.device)[ctx.rows]
+
+        (Each rank draws the whole batch's numbers: cheap beside a step on a GPU; a CPU and a GPU draw others.)"""
+        if not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in (step, seed)) or step < 0:
+            raise BigbatchError(
+                f"ctx.generator takes a step number (an int >= 0) and an int seed, got {step!r}, {seed!r}"
+            )
+        return keyed.generator(int(seed), int(step), device=self.device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import numbers
 
 import torch
 from torch import nn
@@ -75,3 +76,56 @@ def update_ema(
     copied = [pair for pair, a in zip(buffers, averaged) if not a]
     if copied:
         torch._foreach_copy_([e for e, _ in copied], [b for _, b in copied])
+
+
+class EMA(nn.Module):
+    """An average of a model's weights for a script on the Replicator (timm's ModelEmaV2, a Lightning EMA callback),
+    with the half-life counted in images, so it forgets at the same rate per image whatever the batch:
+
+        ema = bigbatch.EMA(model, halflife_kimg=10)   # a frozen copy of the model, in eval mode
+        ...
+        rep.step(step_fn, share, opt); ema.update(rep.batch)   # after each step, the step's images
+        samples = ema(z)                               # or ema.module, the averaged network
+
+    `start_kimg`: a plain copy before it; `rampup`: the half-life at most rampup x the images seen (StyleGAN2-ADA's
+    ema_rampup); `average_buffers`: BatchNorm statistics averaged as the weights (timm's), else the model's.
+    `rep.save(..., ema=ema)` and `rep.load(..., ema=ema)` keep it with the images it has seen."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        halflife_kimg: float,
+        start_kimg: float = 0.0,
+        rampup: float = 0.0,
+        average_buffers: bool = False,
+    ):
+        super().__init__()
+        from bigbatch.errors import BigbatchError
+
+        amounts = (halflife_kimg, start_kimg, rampup)
+        if not isinstance(model, nn.Module) or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= 0 for v in amounts
+        ):
+            raise BigbatchError(
+                f"EMA takes a model and a half-life, start and rampup >= 0, got {type(model).__name__}, "
+                f"{halflife_kimg!r}, {start_kimg!r}, {rampup!r}"
+            )
+        live = getattr(model, "module", model) if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        object.__setattr__(self, "live", live)  # (the model averaged: not a submodule, saved on its own)
+        self.module = make_ema(live)
+        self.halflife_kimg, self.start_kimg, self.rampup = halflife_kimg, start_kimg, rampup
+        self.average_buffers = average_buffers
+        self.register_buffer("nimg", torch.zeros((), dtype=torch.int64, device="cpu"))  # (a host counter, saved)
+        self.training = False
+
+    def update(self, images: int) -> None:
+        """Blend the model in after a step of `images` images (the step's whole batch, over every rank)."""
+        self.nimg += int(images)
+        how = (self.halflife_kimg, self.start_kimg, self.rampup, self.average_buffers)
+        update_ema(self.module, self.live, int(self.nimg), int(images), *how)
+
+    def forward(self, *args: object, **kwargs: object) -> object:
+        return self.module(*args, **kwargs)
+
+    def train(self, mode: bool = True) -> EMA:  # (the average stays in eval mode: frozen statistics, no dropout)
+        return self

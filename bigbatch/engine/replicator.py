@@ -19,7 +19,6 @@ registered with `on_micro_batch` (for modules it did not prepare)."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import itertools
 import math
@@ -34,7 +33,18 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grads_with_norm_, get_total_norm
 
-from bigbatch.engine import arguments, batch_parts, dist, frozen, memory, probing, running_stats, saving, wrap
+from bigbatch.engine import (
+    arguments,
+    batch_parts,
+    dist,
+    frozen,
+    memory,
+    probing,
+    rep_state,
+    running_stats,
+    saving,
+    wrap,
+)
 from bigbatch.engine import precision as prec
 from bigbatch.engine.arguments import api_terms, check_arguments, check_prepared, in_config_terms, skip_limit_reached
 from bigbatch.engine.context import InputContext
@@ -104,6 +114,7 @@ class Replicator:
         self.grad_clip, self.skip_limit, self.skip_window = grad_clip, skip_limit, skip_window
         self._plan = None if micro_batch == "auto" else self._said(make_plan, batch, micro_batch, precision, self.ctx)
         self._auto = micro_batch == "auto"
+        self._given_said = self._auto  # (a micro-batch set: what its BatchNorm statistics span, said at the 1st step)
         self._planned_micro = 0 if self._plan is None else micro_batch  # what set_batch keeps (as asked)
         self.probes, self.budget = list[memory.Probe](), None  # (micro_batch "auto": its probes and budget)
         self.takes_micro: Callable[[int], bool] = lambda m: True  # (the micro-batches "auto" may settle on)
@@ -117,6 +128,7 @@ class Replicator:
         self._ran: set[int] = set()  # the DDP modules that ran a forward in the step (wrap.check_ran)
         self._bn_list, self._bn_of = list[nn.Module](), 0  # (the BatchNorms, found when there were _bn_of models)
         self._batchnorm_before: int | None = None  # images BatchNorm spanned before a resume (load_state_dict)
+        self._batch_before: int | None = None  # the batch of the state a script loaded (said at the next step)
         self._owns_group = dist.init(self.ctx)
 
     def _said(self, fn: Callable[..., Any], *args: Any) -> Any:  # fn(*args), its errors in this Replicator's terms
@@ -259,7 +271,15 @@ class Replicator:
         shares = input_fn(InputContext(self))
         if shares is None:  # (found from outside: a generator's forgotten yield was "'NoneType' is not iterable")
             raise BigbatchError("the input function returned None: yield each step's share (or return an iterable)")
-        yield from shares
+        steps = 0
+        for share in shares:
+            steps += 1
+            yield share
+        if not steps and self.is_main:  # (found from outside: 0 steps, unsaid, then the script's NameError)
+            warn(
+                f"the input function yielded no step's share (batch {self.batch}): nothing trained; a data set "
+                "smaller than the batch yields none from range(0, len(X) - ctx.batch + 1, ctx.batch)"
+            )
 
     # ---- one optimizer step --------------------------------------------------------------------
     def step(self, step_fn: Callable[[Any], Any], batch: Any, opt: torch.optim.Optimizer) -> Any:
@@ -280,8 +300,7 @@ class Replicator:
             self.plan_micro_batch(lambda m: self.probe_step(step_fn, batch_parts.cut(batch, 0, m), opt), [opt])
         frozen.hold(opt, self._held, everything=self.world_size > 1)
         plan = self.plan
-        if self._batchnorm_before is not None:
-            self._check_resumed_batchnorm()
+        rep_state.first_step_notes(self)
         micros = self.split(batch)
         opt.zero_grad(set_to_none=True)  # only this step's micro-batches count
         if state.trained_of != len(self.models):
@@ -367,6 +386,10 @@ class Replicator:
     def _check_share(self, batch: Any) -> None:
         if (n := batch_parts.length(batch)) != self.share:
             said = f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
+            if isinstance(batch, list) and len(batch) == self.share:  # (found from outside: read as its fields)
+                said += (
+                    f": a list of {len(batch)} is read as a batch's fields; torch.stack its examples into one tensor"
+                )
             raise BigbatchError(said)
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
@@ -515,70 +538,14 @@ class Replicator:
         return saving.load(self, path, objects)
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs: loss scalers and skip histories by optimizer name, and the plan
+        """What a resumed run needs: loss scalers and skip histories by optimizer name, the batch, and the plan
         micro_batch "auto" settled on (a resumed run keeps it: free memory varies, BN statistics must not)."""
-        counts = ("skipped", "failed", "steps", "settled", "grown")
-        state: dict[str, Any] = {"optimizers": {}}
-        for s in self.optimizers.values():
-            saved = {"scaler": s.scaler.state_dict(), "history": list(s.history)}
-            state["optimizers"][s.name] = saved | {key: getattr(s, key) for key in counts}
-        if self._plan is not None and running_stats.has_batchnorm(p for p, _ in self.models):
-            state["batchnorm_images"] = running_stats.span(self.plan.micro_batch, self.world_size, self.sync_bn)
-        if self._auto and self._plan is not None:
-            state["plan"] = {
-                "micro_batch": self._planned_micro,
-                "world_size": self.world_size,
-                "memory_budget_bytes": self.budget,
-                "precision": self.precision,
-                "checkpointing": bool(self.checkpointing),
-                "probes": [dataclasses.asdict(p) for p in self.probes],
-            }
-        return state
+        return rep_state.state_of(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()`'s state (optimizers registered under the same names). The plan of
         micro_batch "auto" is taken when this Replicator is "auto" too, on as many processes."""
-        if not isinstance(state, dict):
-            raise BigbatchError(
-                f"Replicator.load_state_dict takes what state_dict() returned, got {type(state).__name__}"
-            )
-        # (older checkpoints held the optimizers alone, and a resume adds their plan)
-        optimizers = state["optimizers"] if "optimizers" in state else {k: v for k, v in state.items() if k != "plan"}
-        self._batchnorm_before = state.get("batchnorm_images")
-        known = {"optimizers", "plan", "batchnorm_images"}
-        if "optimizers" in state and set(state) - known:
-            raise BigbatchError(f"Replicator state has unknown entries {sorted(set(state) - known)}")
-        names = {s.name for s in self.optimizers.values()}
-        if optimizers and names - set(optimizers):  # (a state of more optimizers may restore some of them)
-            raise BigbatchError(
-                f"the Replicator state holds optimizers {sorted(optimizers)}, and this one has {sorted(names)} "
-                "wrapped: wrap_optimizer each under the name it was saved with before loading"
-            )
-        for s in self.optimizers.values():
-            if s.name in optimizers:
-                saved = optimizers[s.name]
-                if saved["scaler"] and s.scaler.is_enabled():
-                    s.scaler.load_state_dict(saved["scaler"])
-                s.history.clear()
-                s.history.extend(bool(b) for b in saved["history"])
-                s.skipped, s.steps = int(saved["skipped"]), int(saved["steps"])
-                s.failed = int(saved.get("failed", sum(s.history)))  # (a checkpoint of before it: its window's)
-                s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
-                s.grown = bool(saved.get("grown", True))  # (one of before it: its first fall taken as over)
-        plan, how = state.get("plan"), (self.precision, bool(self.checkpointing))
-        speak = (str if self._config_terms else api_terms) if self.is_main else None  # (the API's names: from outside)
-        if self._auto and plan and memory.plan_holds(plan, self.world_size, self.memory_budget, speak, *how):
-            self.use_micro_batch(int(plan["micro_batch"]))
-            self.budget = plan["memory_budget_bytes"]
-            self.probes = [memory.Probe(**p) for p in plan["probes"]]
-
-    def _check_resumed_batchnorm(self) -> None:
-        """Once, at the first step after load_state_dict: say so if BatchNorm statistics now span another
-        number of images than before (another micro-batch, or with sync_bn another world size)."""
-        before, self._batchnorm_before = self._batchnorm_before, None
-        self._say_batchnorm(
-            running_stats.span_changed(before, self.plan.micro_batch, self.world_size, self.sync_bn, self.share)
-        )
+        rep_state.load_state(self, state)
 
     def _say_batchnorm(self, said: str | None) -> None:
         """What running_stats `said` of the BatchNorms' statistics, where the models have any (rank 0)."""

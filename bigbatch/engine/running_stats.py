@@ -58,17 +58,22 @@ SMALL_SPAN = 16  # below this many images a step's statistics are noisy (Wu & He
 
 
 def span_small(
-    micro_batch: int, world_size: int, sync_bn: bool, share: int, planned: str, checkpointed: bool
+    micro_batch: int, world_size: int, sync_bn: bool, share: int, planned: str, checkpointed: bool, given: bool = False
 ) -> str | None:
     """What to tell a run whose BatchNorms' statistics span fewer than SMALL_SPAN images where a process's `share` of
     the step holds more (`planned`: what chose the micro-batch; `checkpointed`: with activation checkpointing
-    already); None if they span enough."""
+    already; `given`: the micro-batch was set, not planned by "auto"); None if they span enough."""
     now = span(micro_batch, world_size, sync_bn)
     if now >= min(SMALL_SPAN, span(share, world_size, sync_bn)):
         return None
     wider = ", train.sync_bn spans the processes' micro-batches" if world_size > 1 and not sync_bn else ""
     budget = f"{'' if checkpointed else 'train.checkpointing or '}a larger train.memory_budget"
     fix = f"{budget} fits more{wider}"
+    if given:
+        budget, fix = (
+            "a larger train.micro_batch",
+            f"a larger train.micro_batch spans more ('auto': the largest that fits){wider}",
+        )
     following = min(d for d in range(micro_batch + 1, share + 1) if share % d == 0)
     if following > 2 * max(micro_batch, SMALL_SPAN):  # (found from outside: batch 67, prime, planned 1 x 67, and the
         near = max(1, round(share / SMALL_SPAN)) * SMALL_SPAN * world_size  # budget alone was blamed)
