@@ -9,7 +9,8 @@ count, the median and worst images seen and CPU seconds to the target, and the a
     python bench/time_to_accuracy.py --ablate --only warmup,zero_gamma --seeds 1
     python bench/time_to_accuracy.py --results fast.json base.json --fastai fastai-s*.json   # runs made apart
 
-Each run is `bigbatch train` in a process of its own (the command a user runs) with OMP_NUM_THREADS set
+Each run is `bigbatch train` on the CPU (train.device=cpu; the table's line names the device and its load),
+in a process of its own (the command a user runs) with OMP_NUM_THREADS set
 to the thread count and pinned to as many cores of its own, watched through its metrics.jsonl. When an
 evaluation row reaches the target the run is stopped (SIGTERM: it saves a checkpoint and exits), unless
 --to-end, which lets it finish so that its final accuracy is known. `--jobs N` runs up to N runs side by
@@ -42,6 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _args import positive_int  # noqa: E402
+from _env import measured_on  # noqa: E402
+
+CPU = "train.device=cpu"  # the races count CPU seconds (a train.device= override names another device)
 
 # Each technique of the fast recipe, and the overrides that switch it off (everything else as is).
 ABLATIONS = {
@@ -98,7 +102,7 @@ class Race:
         self.cores = cores
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(self.threads)}
         env["MKL_NUM_THREADS"] = str(self.threads)
-        cmd = [sys.executable, "-m", "bigbatch", "train", "--preset", self.preset, *self.overrides]
+        cmd = [sys.executable, "-m", "bigbatch", "train", "--preset", self.preset, CPU, *self.overrides]
         cmd += [f"train.seed={self.seed}", "--run-dir", str(self.run)]
         pin = (lambda: os.sched_setaffinity(0, cores)) if cores and hasattr(os, "sched_setaffinity") else None
         self.run.parent.mkdir(parents=True, exist_ok=True)
@@ -228,10 +232,12 @@ def table(results: list[dict], target: float, fast: str) -> str:
         worst_c = f"{max(cpu):.0f}" if all_hit else "never"
         best = [r["best"] for r in rs]
         ref = medians.get((fast, threads), float("nan"))
+        # (none reached: "never" where a median was nan; found from outside)
+        med_k, med_c = (f"{statistics.median(kimg):g}", f"{med_cpu:.0f}") if hit else ("never", "never")
+        versus = f"{med_cpu / ref:.2f}" if hit and ref == ref else "-"
         lines.append(
-            f"| {name} | {threads} | {len(hit)}/{len(rs)} | {statistics.median(kimg) if hit else float('nan'):g} | "
-            f"{worst_k} | {med_cpu:.0f} | {worst_c} | {statistics.median(best):.2f} ({min(best):.2f}) | "
-            f"{min(r['final'] for r in rs):.2f} | {med_cpu / ref:.2f} |"
+            f"| {name} | {threads} | {len(hit)}/{len(rs)} | {med_k} | {worst_k} | {med_c} | {worst_c} | "
+            f"{statistics.median(best):.2f} ({min(best):.2f}) | {min(r['final'] for r in rs):.2f} | {versus} |"
         )
     return "\n".join(lines)
 
@@ -329,7 +335,12 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     results += fastai
-    print(f"\nTime to val_top1 >= {args.target:g}% ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)\n")
+    device = next(o.split("=", 1)[1] for o in reversed([CPU, *args.overrides]) if o.startswith("train.device="))
+    if device == "auto":  # (bigbatch's choice: a GPU where there is one)
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"\nTime to val_top1 >= {args.target:g}%\n\n{measured_on(device, max(threads))}")
     print(table(results, args.target, args.fast))
 
 

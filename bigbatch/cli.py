@@ -37,7 +37,7 @@ def _train(args: argparse.Namespace) -> None:
         from bigbatch.engine import dist
         from bigbatch.engine import precision as prec
         from bigbatch.loop import train
-        from bigbatch.presets import base_config
+        from bigbatch.presets import base_config, check_task_of_default
         from bigbatch.rundir import check_resume
 
     overrides = dict(parse_override(o) for o in args.overrides)
@@ -54,6 +54,8 @@ def _train(args: argparse.Namespace) -> None:
 
         cfg = resume_base(saved.parent)
     else:
+        if not (args.preset or args.config) and "task" in overrides:
+            check_task_of_default(overrides["task"], "digits")
         cfg = base_config(args.preset, args.config, "digits")
     if args.init_from:
         overrides["train.init_from"] = args.init_from
@@ -357,7 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--dst", metavar="DATA", help="a swap run: dst faces to score (B: src faces)")
     ev.add_argument(
-        "--tta", action="store_true", help="a classify run: each image's prediction averaged with its mirror image's"
+        "--tta",
+        action=argparse.BooleanOptionalAction,
+        help="a classify run: each image's prediction averaged with its mirror image's (default: the run's eval.tta)",
     )
     ev.add_argument(
         "--metrics",

@@ -61,7 +61,7 @@ class DataConfig(Section):
     val_crop x resolution, crop the center)."""
     val_crop: float = 1.0
     """classify: validation images are resized so their short side is this times the current phase's
-    resolution, then center-cropped to it (ImageNet: 1.14, i.e. 256 -> 224; 1.0: no crop)."""
+    resolution, then center-cropped to it (ImageNet: 256/224 = 1.142857, i.e. 256 -> 224; 1.0: no crop)."""
 
     def _validate(self) -> None:
         if self.resolution < 4:
@@ -70,7 +70,11 @@ class DataConfig(Section):
         if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
             self._fail("val_fraction", f"must be a fraction in [0, 1), got {self.val_fraction}")
         if not 1 <= self.val_crop <= 2:
-            self._fail("val_crop", f"must be a ratio in [1, 2] (ImageNet's usual: 1.14), got {self.val_crop}")
+            self._fail(
+                "val_crop",
+                f"must be a ratio in [1, 2] (ImageNet's usual: 256/224 = 1.142857; torchvision's and FFCV's crop "
+                f"ratio 0.875 is its inverse), got {self.val_crop}",
+            )
         at_least_zero(self, workers="a number of processes >= 0")
         if self.workers > limits.MAX_PROCESSES:  # (found from outside: 2**63 forked until memory ran out)
             self._fail("workers", f"must be 0 to {limits.MAX_PROCESSES} processes, got {self.workers}")

@@ -110,6 +110,10 @@ class EvalConfig(Section):
     resolution: int = 0
     """Classify: the side the held-out split is scored, and `predict` and exports take images, at (0: where the last
     step trained); above it ImageNet nets score higher after random-resized crops (FixRes; FFCV's: 160-192 px, 256)."""
+    tta: bool = False
+    """Classify: score the held-out split with each image's probabilities averaged with its mirror image's (flip TTA,
+    FFCV's lr_tta and airbench's; `bigbatch eval --tta`'s): the val_* rows, checkpoints/best/ and a plateau schedule
+    read those scores, and `bigbatch eval` of the run scores so."""
 
     def _validate(self) -> None:
         at_least_zero(

@@ -76,6 +76,22 @@ def base_config(name: str | None, config: str | None, default: str = "digits") -
     return cfg
 
 
+def check_task_of_default(task: object, default: str = "digits") -> None:
+    """A command line's task=TASK with neither --preset nor --config, laid over the `default` preset of another
+    task, refused in its terms where TASK has presets (found from outside: task=classify was refused for a GAN key
+    of the default preset's, which the user never set)."""
+    base = preset(default)
+    if task == base.task or not isinstance(task, str):
+        return
+    names = [name for name in sorted(_PRESETS) if preset(name).task == task]
+    if names:
+        raise BigbatchError(
+            f"task={task} with neither --preset nor --config is laid over the default preset {default}, a "
+            f"{base.task} recipe: give --preset of a {task} recipe ({', '.join(names[:4])}; `bigbatch presets` lists "
+            "them)"
+        )
+
+
 def preset(name: str) -> Config:
     """The Config of a named recipe."""
     if name not in _PRESETS:

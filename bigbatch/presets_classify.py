@@ -10,6 +10,9 @@ from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, Mo
 
 IMAGENET = 1_281_167  # ImageNet-1k training images
 FASHION_TRAIN = 60_000  # Fashion-MNIST training images (one epoch, in images)
+IMAGENET_CROP = (
+    256 / 224
+)  # validation's short side resized to 256 for a center crop of 224 (found from outside: 1.14, 255)
 
 
 def _fashion_classifier(name: str, model: ModelConfig, train: TrainConfig, schedule: list | None = None) -> Config:
@@ -171,7 +174,7 @@ def imagenet_resnet50_fast() -> Config:
         workers=8,
         val_path="imagenet-val.h5",
         val_rect=True,
-        val_crop=1.14,
+        val_crop=IMAGENET_CROP,
         schedule=schedule,
     )
     train = TrainConfig(
@@ -197,12 +200,17 @@ def imagenet_resnet50() -> Config:
 
     224 px throughout, batch 256, SGD momentum 0.9 at lr 0.1, weight decay 1e-4 on every parameter,
     the rate divided by 10 at epochs 30 and 60, random-resized crops (min scale 0.08) and flips,
-    validation by resizing to 256 and cropping the center 224 (val_crop 1.14). The baseline of
+    validation by resizing to 256 and cropping the center 224 (val_crop 256/224). The baseline of
     `imagenet_resnet50_fast`; same data files.
     """
     e = IMAGENET / 1000
     data = DataConfig(
-        path="imagenet-train.h5", resolution=224, xflip=True, workers=8, val_path="imagenet-val.h5", val_crop=1.14
+        path="imagenet-train.h5",
+        resolution=224,
+        xflip=True,
+        workers=8,
+        val_path="imagenet-val.h5",
+        val_crop=IMAGENET_CROP,
     )
     train = TrainConfig(
         kimg=90 * e,
@@ -231,7 +239,7 @@ def finetune_resnet50() -> Config:
     first 2 kimg, then everything, the body at a tenth of the rate (AdamW 1e-3 per 64 images, warm-up, cosine
     decay), label smoothing, random-resized crops, flips, 10% held out. Set data.path to a prepared data file and
     train.init_from to the weights."""
-    data = DataConfig(path="data/train.h5", resolution=224, xflip=True, val_fraction=0.1, val_crop=1.14)
+    data = DataConfig(path="data/train.h5", resolution=224, xflip=True, val_fraction=0.1, val_crop=IMAGENET_CROP)
     train = TrainConfig(kimg=20, batch=64, micro_batch="auto", optimizer="adamw", lr=1e-3, lr_batch=64)
     train = replace(train, weight_decay=0.01, warmup_kimg=1, lr_decay="cosine", label_smoothing=0.1)
     train = replace(train, crop_scale=0.35, init_from="resnet50.pth", freeze_kimg=2, body_lr_mult=0.1)

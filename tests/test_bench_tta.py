@@ -34,6 +34,8 @@ def test_races_over_seeds_stop_at_the_target_and_the_table_gives_median_and_wors
         assert len(r["evaluations"]) == evaluations and r["final"] == r["evaluations"][-1]
     seeds = {r["seed"]: r for r in results if r["name"] == "fashion_resnet_fast"}
     assert seeds[0]["evaluations"] != seeds[1]["evaluations"]  # two seeds, two runs
+    assert "_Measured " in out.stdout and ", 1 thread, torch's CPU kernels for" in out.stdout, out.stdout  # (its CPU:
+    # found from outside, "2 CPUs" alone, which a GPU machine's runs would have said too)
     row = next(line for line in out.stdout.splitlines() if line.startswith("| fashion_resnet_fast |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     kimgs = sorted(r["kimg"] for r in seeds.values())

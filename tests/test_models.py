@@ -381,7 +381,7 @@ def test_classifier_options_are_checked_before_building():
     rng = torch.get_rng_state()
     with pytest.raises(bigbatch.BigbatchError) as e:
         bigbatch.models.create_classifier("resnet18", 10, depth=20)
-    valid = "zero_init_residual, input_stats, drop_rate, drop_path_rate, init"
+    valid = "zero_init_residual, input_stats, drop_rate, drop_path_rate, blurpool, init"
     assert str(e.value).startswith(f"'resnet18' has no option 'depth'; valid: {valid} (another")
     assert "give model.options={} with model.name" in str(e.value)
     assert registry.options("resnet_cifar") == {
@@ -389,6 +389,7 @@ def test_classifier_options_are_checked_before_building():
         "zero_init_residual": False,
         "drop_rate": 0.0,
         "drop_path_rate": 0.0,
+        "blurpool": False,
         "init": "kaiming",
     }
     with pytest.raises(bigbatch.BigbatchError, match="option 'zero_init_residual' of 'resnet50' must be bool"):

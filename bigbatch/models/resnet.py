@@ -37,6 +37,38 @@ def drop_path(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x * x.new_empty((len(x),) + (1,) * (x.dim() - 1)).bernoulli_(keep).div_(keep)
 
 
+class BlurConv2d(nn.Conv2d):
+    """A strided conv that sees its input low-passed first (anti-aliased downsampling, Zhang 2019, "Making
+    Convolutional Networks Shift-Invariant Again"; FFCV's ResNet recipes' `use_blurpool`): each channel blurred by
+    the binomial 3x3 filter [1, 2, 1] x [1, 2, 1] / 16, stride 1, zero padding 1, then the conv as it was. A Conv2d
+    still, of the same weights and names (the filter is a constant, not saved): a state dict loads either way."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        taps = torch.tensor([1.0, 2.0, 1.0])
+        blur = (taps[:, None] * taps[None, :] / 16).expand(self.in_channels, 1, 3, 3).contiguous()
+        self.register_buffer("blur", blur, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        blur = self.blur.to(x.dtype)  # (under autocast the input may be of another precision than the buffer)
+        return super().forward(F.conv2d(x, blur, padding=1, groups=self.in_channels))
+
+
+BLUR_FROM = 16  # channels a strided conv's input has at least to be blurred (FFCV's rule: not the RGB stem)
+
+
+def blur_strided_convs(net: nn.Module) -> None:
+    """Every strided conv of `net` whose input has BLUR_FROM channels or more made a BlurConv2d (before its init)."""
+    for parent in list(net.modules()):
+        for name, conv in list(parent.named_children()):
+            if type(conv) is nn.Conv2d and max(conv.stride) > 1 and conv.in_channels >= BLUR_FROM:
+                blurred = BlurConv2d(
+                    conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                    conv.dilation, conv.groups, conv.bias is not None,
+                )  # fmt: skip
+                setattr(parent, name, blurred)
+
+
 def conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_ch, out_ch, 3, stride=stride, padding=1, bias=False)
 
@@ -118,7 +150,8 @@ class ResNet(nn.Module):
 
     timm's regularizers, in training only: `drop_rate`, dropout of the pooled features before the head;
     `drop_path_rate`, stochastic depth rising linearly over the blocks from 0 at the first to it at the last (timm's
-    ResNet's rule).
+    ResNet's rule). `blurpool`: each strided conv of 16 input channels or more low-passes its input first
+    (BlurConv2d, FFCV's ResNet recipes'; the weights and their names the same).
     """
 
     def __init__(
@@ -134,6 +167,7 @@ class ResNet(nn.Module):
         input_stats: str = "",
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
+        blurpool: bool = False,
     ):
         super().__init__()
         for name, p in (("drop_rate", drop_rate), ("drop_path_rate", drop_path_rate)):
@@ -177,6 +211,8 @@ class ResNet(nn.Module):
         self.n_stages = len(depths)
         self.feature_dim = in_ch
         self.fc = nn.Linear(in_ch, n_classes)
+        if blurpool:
+            blur_strided_convs(self)
 
     def blocks(self) -> list[BasicBlock | Bottleneck]:
         """The residual blocks, in order (those `checkpoint_blocks` names)."""
@@ -225,6 +261,7 @@ def resnet18(
     input_stats: str = "",
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
+    blurpool: bool = False,
 ) -> nn.Module:
     """ResNet-18: BasicBlocks [2, 2, 2, 2]; 11,689,512 parameters with 1000 classes at ch 64."""
     return _imagenet("resnet18", BasicBlock, [2, 2, 2, 2], **locals())  # (its options: the registry reads them here)
@@ -240,6 +277,7 @@ def resnet50(
     input_stats: str = "",
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
+    blurpool: bool = False,
 ) -> nn.Module:
     """ResNet-50 (v1.5): Bottlenecks [3, 4, 6, 3]; 25,557,032 parameters with 1000 classes at ch 64."""
     return _imagenet("resnet50", Bottleneck, [3, 4, 6, 3], **locals())  # (its options: the registry reads them here)
@@ -255,6 +293,7 @@ def resnet_cifar(
     zero_init_residual: bool = False,
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
+    blurpool: bool = False,
 ) -> nn.Module:
     """The CIFAR ResNet of He et al. 2016 §4.2 for 28-32 px images: depth 6n+2 (20, 32, 44, 56, 110),
     three stages of n BasicBlocks at widths ch, 2ch, 4ch; projection shortcuts (option B) where the
@@ -273,4 +312,5 @@ def resnet_cifar(
         zero_init_residual=zero_init_residual,
         drop_rate=drop_rate,
         drop_path_rate=drop_path_rate,
+        blurpool=blurpool,
     )

@@ -280,6 +280,8 @@ def _check_task(cfg: Config) -> None:
         cfg.eval._fail(
             "resolution", f"is the side a classifier is scored at; a {cfg.task} run's is data.resolution: leave it 0"
         )
+    if cfg.eval.tta and cfg.task != "classify":
+        cfg.eval._fail("tta", f"averages a classifier's predictions with its mirror image's; a {cfg.task} run has none")
     if cfg.task in _CONFIG_CHECKS:
         _CONFIG_CHECKS[cfg.task](cfg)
 

@@ -43,17 +43,18 @@ def evaluate_classifier(
     data_path: str | None = None,
     which: str = "latest",
     device: str | torch.device = "cpu",
-    tta: bool = False,
+    tta: bool | None = None,
     resolution: int | None = None,
     endpoint_url: str | None = None,
     batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Score a classify run's classifier; write RUN/eval/<data>-<checkpoint>/ (metrics.json, per_class.csv,
     confusion.csv, confusion.png, top_losses.png; `tta`: each image's prediction averaged with its mirror
-    image's, in <data>-tta-<checkpoint>/; `resolution`: scored at that side instead of eval.resolution's or where
-    it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics. `endpoint_url`: the S3 endpoint
-    to read the data from, in place of the run's data.storage_options' (their other options kept). `batch_size`:
-    images scored at once (default the run's eval.batch_size), as timm's validate.py -b."""
+    image's, in <data>-tta-<checkpoint>/ (None: as the run's eval.tta scored it); `resolution`: scored at that side
+    instead of eval.resolution's or where it last trained, in <data>-<side>px-<checkpoint>/) and return the metrics.
+    `endpoint_url`: the S3 endpoint to read the data from, in place of the run's data.storage_options' (their other
+    options kept). `batch_size`: images scored at once (default the run's eval.batch_size), as timm's validate.py
+    -b."""
 
     def read(ckpt: Path) -> tuple[Path, Config, Any]:
         cfg = run_config(ckpt, endpoint_url)
@@ -64,6 +65,7 @@ def evaluate_classifier(
         return ckpt, cfg, load_classifier(ckpt, device)
 
     ckpt, cfg, net = read_picked(run, which, read)  # (a run's latest pruned meanwhile: its newest)
+    tta = cfg.eval.tta if tta is None else tta  # (found from outside: a run scored with TTA was evaluated without)
     if tta:
         check_tta(cfg, run)
     d = cfg.data

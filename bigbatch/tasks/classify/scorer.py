@@ -79,6 +79,7 @@ class ClassifyScorer:
             rep.rank,
             rep.world_size,
             rotation=task.rotation,
+            tta=cfg.eval.tta,
         )
         metric, higher = scored_metric(cfg)
         if metric == "val_top5" and not scores_top5(self.validation.classes):
@@ -92,6 +93,7 @@ class ClassifyScorer:
             "crop": cfg.data.val_crop,
             "rect": cfg.data.val_rect,
             **({"resolution": cfg.eval.resolution} if cfg.eval.resolution else {}),
+            **({"tta": True} if cfg.eval.tta else {}),
         }
         self.tracker = Best(metric, higher, settings, run, resumed_at, quiet)
 

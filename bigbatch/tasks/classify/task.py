@@ -82,6 +82,10 @@ def check_config(cfg: Config) -> None:
             "train.optimizer, train.momentum, train.weight_decay, train.warmup_kimg, train.lr_decay; remove it"
         )
     t = cfg.train
+    if cfg.eval.tta and t.labels == "rotation":
+        cfg.eval._fail(
+            "tta", 'averages with the mirror image, which swaps the rotations learned (train.labels = "rotation")'
+        )
     refuse_sections(cfg, 'task = "classify"', "swap", "xseg", "augment")
     if other := t.changed(*unread_optimizer_keys(t.optimizer)):
         uses = " and ".join(f"train.{k}" for k in OPTIMIZER_KEYS[t.optimizer])
@@ -182,6 +186,11 @@ def warn_new_run(cfg: Config, trains: bool = True) -> None:
     show-batch), decays, phases and a warm-up that the run's length never reaches or leaves."""
     warn_unread(cfg)
     optim.warn_unadapted(cfg.train)
+    if cfg.eval.tta and not cfg.data.xflip:
+        warn(
+            "eval.tta averages each held-out image with its mirror, which a run without mirrored images "
+            "(data.xflip = false) never sees: drop eval.tta unless mirrored images mean the same"
+        )
     # (a phase of resolution 0 trains at data.resolution: found from outside, warned of as none did, with no sides)
     sides = phase_sides(cfg)
     if cfg.data.schedule and cfg.data.resolution not in sides:

@@ -136,6 +136,11 @@ def val_transform(images: torch.Tensor, size: int, crop: float, rect: bool) -> t
     return x[:, :, top : top + ch, left : left + cw].clamp(0, 255) / 127.5 - 1
 
 
+def with_mirror(logits: torch.Tensor, mirrored: torch.Tensor) -> torch.Tensor:
+    """Flip TTA: the log of the mean of an image's and its mirror image's probabilities (fp32)."""
+    return torch.logaddexp(logits.float().log_softmax(1), mirrored.float().log_softmax(1)) - math.log(2)
+
+
 class Validation:
     """Scores a classifier on `data` (the held-out split) at the resolution `size()` gives (the phase in
     force): top-1 and top-5 accuracy in percent, and the mean cross-entropy (without smoothing). With
@@ -153,9 +158,10 @@ class Validation:
         rank: int = 0,
         world_size: int = 1,
         rotation: bool = False,
+        tta: bool = False,
     ):
         self.data, self.size, self.crop, self.rect = data, size, crop, rect
-        self.precision, self.device, self.rotation = precision, device, rotation
+        self.precision, self.device, self.rotation, self.tta = precision, device, rotation, tta
         self.classes = len(ROTATIONS) if rotation else data.n_classes  # what the network tells apart
         counts = list(getattr(data, "bucket_counts", [len(data)]))
         self.batches = val_batches(counts, batch_size)[rank::world_size]
@@ -248,9 +254,7 @@ class Validation:
             with prec.autocast(self.precision, self.device):
                 logits = model(x)
                 mirrored = model(x.flip(-1)) if tta else None
-            log_p = logits.float().log_softmax(1)
-            if mirrored is not None:
-                log_p = torch.logaddexp(log_p, mirrored.float().log_softmax(1)) - math.log(2)  # (the mean of the two)
+            log_p = logits.float().log_softmax(1) if mirrored is None else with_mirror(logits, mirrored)
             top = log_p.topk(min(5, log_p.shape[1]), dim=1)
             loss = -log_p.gather(1, y[:, None])[:, 0]
             small = torch.int16 if log_p.shape[1] <= 2**15 else torch.int32
@@ -274,7 +278,10 @@ class Validation:
                 check_stop()  # (a stop asked of training ends it)
                 with prec.autocast(self.precision, self.device):
                     logits = model(x)
+                    mirrored = model(x.flip(-1)) if self.tta else None
                 logits = logits.float()
+                if mirrored is not None:  # (eval.tta)
+                    logits = with_mirror(logits, mirrored)
                 top = logits.topk(min(5, logits.shape[1]), dim=1).indices
                 hits = top == y[:, None]
                 totals += torch.stack(
