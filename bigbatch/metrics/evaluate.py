@@ -219,9 +219,11 @@ def generated_features(
     seed: int = 0,
     truncation: float | None = None,
     batch_size: int = 64,
+    label: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Features of images 0 .. n-1 of `bigbatch.sample(G, n, seed, truncation=...)`, split across ranks.
-    Image i depends only on (seed, i), so the set of images is the same for any number of ranks."""
+    Image i depends only on (seed, i), so the set of images is the same for any number of ranks. `label`: every
+    image of that class (a conditional G's), its z as it would be."""
     from bigbatch.sampling import draw_latents, eval_mode, generate
 
     n_classes = getattr(G, "n_classes", 0)
@@ -229,6 +231,7 @@ def generated_features(
 
     def images_at(start: int, count: int) -> torch.Tensor:
         z, y = draw_latents(count, G.dim_z, seed, n_classes, start=start, truncation=trunc)
+        y = y if label is None else torch.full((count,), label, dtype=torch.long)
         return generate(G, z, y, batch_size)
 
     with eval_mode(G):
