@@ -55,7 +55,7 @@ def _train(args: argparse.Namespace) -> None:
         cfg = resume_base(saved.parent)
     else:
         if not (args.preset or args.config) and "task" in overrides:
-            check_task_of_default(overrides["task"], "digits")
+            check_task_of_default(overrides, "digits")
         cfg = base_config(args.preset, args.config, "digits")
     if args.init_from:
         overrides["train.init_from"] = args.init_from

@@ -188,14 +188,14 @@ def _merge(args: argparse.Namespace) -> None:
 
 
 def _video(args: argparse.Namespace) -> None:
-    from bigbatch.faces import video
+    from bigbatch.faces import video, video_make
     from bigbatch.faces.video_audio import audio_said
 
     if args.action == "frames":
         n = video.frames_to_folder(args.src, args.out, args.fps)
         print(f"Wrote {counted(n, 'frame')} to {args.out} (00001.png on)")
         return
-    n, rate, audio = video.folder_to_video(
+    n, rate, audio = video_make.folder_to_video(
         args.src, args.out, args.fps, args.audio_from, _encoding(args), overwrite=args.overwrite
     )
     print(f"Wrote {args.out}: {counted(n, 'frame')} at {float(rate):g} fps{audio_said(audio)}")

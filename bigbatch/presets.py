@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from bigbatch.config import (
     AugmentConfig,
@@ -19,9 +20,10 @@ from bigbatch.config import (
     SampleConfig,
     TrainConfig,
 )
-from bigbatch.config_types import read_toml
+from bigbatch.config_types import read_toml, strings
 from bigbatch.errors import BigbatchError, warn
 from bigbatch.presets_classify import IMAGENET
+from bigbatch.urls import refuse_credentials
 
 _PRESETS: dict[str, Callable[[], Config]] = {}
 
@@ -76,11 +78,14 @@ def base_config(name: str | None, config: str | None, default: str = "digits") -
     return cfg
 
 
-def check_task_of_default(task: object, default: str = "digits") -> None:
-    """A command line's task=TASK with neither --preset nor --config, laid over the `default` preset of another
-    task, refused in its terms where TASK has presets (found from outside: task=classify was refused for a GAN key
-    of the default preset's, which the user never set)."""
-    base = preset(default)
+def check_task_of_default(overrides: dict[str, Any], default: str = "digits") -> None:
+    """A command line's task=TASK (in its `overrides`) with neither --preset nor --config, laid over the `default`
+    preset of another task, refused in its terms where TASK has presets (found from outside: task=classify was
+    refused for a GAN key of the default preset's, which the user never set); credentials in the overrides refused
+    first, as the config's own check does."""
+    for key, value in strings(overrides):
+        refuse_credentials(value, f"config key '{key}'")
+    task, base = overrides.get("task"), preset(default)
     if task == base.task or not isinstance(task, str):
         return
     names = [name for name in sorted(_PRESETS) if preset(name).task == task]

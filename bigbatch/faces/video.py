@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.errors import BigbatchError, warn
 from bigbatch.faces.video_audio import _av, copy_audio, has_sound
 from bigbatch.files import atomic_write, create_new, pid_alive, read_record
 
@@ -527,74 +527,3 @@ def frame_rate(fps: float | None, like: str | Path | None = None) -> Fraction:
         except BigbatchError:
             pass
     return Fraction(25)
-
-
-def say_gaps(names: list[Path]) -> None:
-    """Warn of numbers missing between frames named by their numbers (00001.png, ...): the video closes the gap, and
-    the sound of the frames after it plays early (found from outside: frames deleted by hand, unsaid)."""
-    numbers = [int(p.stem) for p in names if p.stem.isdigit()]
-    if len(numbers) != len(names) or not numbers:
-        return
-    missing = numbers[-1] - numbers[0] + 1 - len(set(numbers))
-    if missing > 0:
-        first = next(n + 1 for n, m in zip(numbers, numbers[1:]) if m > n + 1)
-        warn(
-            f"{counted(missing, 'frame')} missing from {names[0].parent}'s numbers ({first:05d} first): the video "
-            "closes the gap: the frames after it play early (ahead of any sound)"
-        )
-
-
-def folder_to_video(
-    folder: str | Path,
-    out: str | Path,
-    fps: float | None = None,
-    audio_from: str | Path | None = None,
-    encoding: Encoding = Encoding(),
-    overwrite: bool = True,
-) -> tuple[int, Fraction, Path | None]:
-    """`bigbatch video make`: the PNG/JPEG frames of `folder` in name order (numbers as numbers) as a video; the
-    frame rate is `fps`, else `audio_from`'s (a video), else 25; with neither, the rate and sound of the video
-    `video frames` took them from (`recorded_video`). Returns (frames, rate, the sound's source). `overwrite`: False
-    refuses an `out` that exists."""
-    from bigbatch.faces.image_file import imread
-
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise BigbatchError(f"{folder}: no such folder of frames")
-    frames = (p for p in folder.iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file())
-    names = sorted(frames, key=natural_key)
-    if not names:
-        raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    say_gaps(names)
-    recorded = recorded_video(folder, said=fps is None and audio_from is None)
-    check_video_out(out, "OUT", audio_from, recorded[0])
-    if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
-        raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
-    check_fps(fps)
-    if audio_from is not None and not Path(audio_from).is_file():
-        raise BigbatchError(f"--audio-from {audio_from}: no such file")
-    given, taken = fps, None
-    if audio_from is None:  # the sound of the video the frames came from (with --fps too: found from outside, dropped)
-        audio_from, taken = recorded
-        fps = taken if fps is None else fps
-    rate = frame_rate(fps, audio_from)
-    check_sound_fits(out, audio_from)
-    say_speed(given, rate, audio_from, taken)
-    if audio_from is None and fps is None:  # (found from outside: 25 fps and no sound, unsaid)
-        warn(
-            f"{folder}: no record of the video its frames came from, and neither --fps nor --audio-from: "
-            f"{float(rate):g} fps and no sound; give --audio-from SRC.mp4 (that video: its rate and its sound)"
-        )
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-
-    def frames() -> Iterator[np.ndarray]:
-        size = None
-        for p in names:
-            image = imread(p)
-            if size is not None and image.shape != size:
-                raise another_size(p, image.shape, size)
-            size = image.shape
-            yield image[:, :, ::-1]
-
-    sound = None if audio_from is None else Path(audio_from)
-    return write_video(frames(), out, rate, audio_from, encoding), rate, sound
