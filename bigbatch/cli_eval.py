@@ -83,7 +83,7 @@ def run_eval(args: argparse.Namespace) -> None:
             )  # fmt: skip
         print(describe(report))
         return
-    if args.tta:
+    if args.tta is not None:  # (--no-tta too)
         raise BigbatchError(f"--tta averages a classifier's predictions; {args.path} is not a classify run")
     if task == "swap":
         from bigbatch.tasks.swap.report import describe, evaluate_swap
@@ -427,7 +427,8 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         device,
         options=classifier_options(e),
     )
-    if args.n is None and e.every_kimg and e.n != n:  # (found from outside: the run's eval.n was not taken, unsaid)
+    if args.n is None and e.every_kimg and e.n != n and not args.per_class:  # (found from outside: the run's eval.n
+        # was not taken, unsaid)
         said = f"scoring the papers' {n:,} samples; the run scored {e.n:,} as it trained (--n {e.n} for its number)"
         print(said, file=sys.stderr, flush=True)  # (stdout holds the scores' one JSON line)
     elif args.n is None and getattr(device, "type", device) == "cpu" and not args.per_class:  # (found from outside:
@@ -506,7 +507,9 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
         )
     made = args.reference is not None and args.reference.startswith("builtin:")  # (a data set made at a side)
     if made and args.resolution is None and len(images):  # (found from outside: made at 32 px for A's 16, unsaid)
-        first = (images.images[:1] if hasattr(images, "images") else images.read([0]))[0]
+        import torch
+
+        first = images.get(torch.tensor([0]))[0][0]  # (HWC: a data set's, an image set's)
         resolution = first.shape[0] if first.shape[0] == first.shape[1] else resolution
     kind, ref = _eval_input(args.reference, "B", resolution, options) if args.reference is not None else ("none", None)
     if len(images) < 2:  # (said before B's statistics are made, which may take hours)

@@ -30,8 +30,10 @@ def _predict(args: argparse.Namespace) -> None:
     if args.out and not args.out.lower().endswith((".csv", ".json")):
         raise BigbatchError(f"--out {args.out!r}: give a .csv or a .json file for the predictions")
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
-    if args.tta:
-        check_tta(Config.load(Path(str(module.checkpoint)) / "config.toml"), args.run)
+    cfg = Config.load(Path(str(module.checkpoint)) / "config.toml")
+    args.tta = cfg.eval.tta if args.tta is None else args.tta  # (found by review: a run scored with TTA, predicted
+    if args.tta:  # without: not the probabilities its scores were of)
+        check_tta(cfg, args.run)
     if args.out:  # where the predictions go, made and checked before the images (found from outside: a missing
         # folder failed once every image was predicted, as export and lr-find make theirs)
         from bigbatch.files import check_writable
@@ -262,7 +264,11 @@ def add_tool_commands(sub: Any) -> None:
     pr.add_argument("run", metavar="RUN", help="classify run directory or checkpoint folder")
     pr.add_argument("images", metavar="IMAGE", nargs="+", help="image files, folders of images, .zip or .tar files")
     pr.add_argument("--topk", type=int, default=5, help="classes per image (default 5)")
-    pr.add_argument("--tta", action="store_true", help="average each image's prediction with its mirror image's")
+    pr.add_argument(
+        "--tta",
+        action=argparse.BooleanOptionalAction,
+        help="average each image's prediction with its mirror image's (default: the run's eval.tta)",
+    )
     pr.add_argument("--json", action="store_true", help="one JSON list: file, top classes with probabilities")
     pr.add_argument("--checkpoint", help="latest (default), best, or a checkpoints/ folder name")
     pr.add_argument(

@@ -67,6 +67,8 @@ def test_what_a_script_gets_wrong_of_its_input_or_its_resume_is_said(tmp_path, c
     # (found from outside: a list of examples was read as fields, "got 1")
     with pytest.raises(bigbatch.BigbatchError, match="a list of 4 is read as a batch's fields; torch.stack"):
         rep.step(lambda x: model(x).mean(), [torch.randn(1, 3) for _ in range(4)], opt)
+    with pytest.raises(bigbatch.BigbatchError, match="a list of 4 is read as a batch's fields; torch.stack"):
+        rep.step(lambda x: model(x).mean(), [(torch.randn(3), torch.tensor(1)) for _ in range(4)], opt)  # (pairs)
     rep.step(lambda x: model(x).mean(), torch.randn(4, 3), opt)
     rep.save(tmp_path / "ckpt", model=model, opt=opt)
     # (found from outside: a script resumed at another batch went on without a word)
@@ -109,3 +111,8 @@ def test_an_ema_of_a_scripts_model_averages_by_images_and_resumes_with_it(tmp_pa
     torch.testing.assert_close(one.module.weight, w0 + 0.5)
     with pytest.raises(bigbatch.BigbatchError, match="EMA takes a model and a half-life"):
         bigbatch.EMA(nn.Linear(3, 2), halflife_kimg="10")
+    for wrong in (-16, 2.5, "16"):  # (found from outside: -16 moved the average away from the model)
+        with pytest.raises(bigbatch.BigbatchError, match="EMA.update takes the step's images"):
+            one.update(wrong)
+    compiled = bigbatch.EMA(torch.compile(nn.Linear(3, 2)), halflife_kimg=1)  # (what prepare returns, compiled)
+    assert set(compiled.state_dict()) == {"module.weight", "module.bias", "nimg"}

@@ -222,9 +222,11 @@ def test_a_micro_batch_set_too_small_for_batchnorm_is_said_at_the_first_step(cap
     # Found from outside: micro_batch 4 of a step's 64 trained a BatchNorm network's statistics over 4 images, unsaid.
     monkeypatch.setattr("bigbatch.errors._WARNED", set())
 
-    def first_step(norm, micro):
+    def first_step(norm, micro, frozen=False):
         rep = bigbatch.Replicator(batch=64, micro_batch=micro, device="cpu")
-        model = rep.prepare(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), norm(8), nn.ReLU(), nn.Conv2d(8, 4, 1)))
+        net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), norm(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
+        net[1].train(not frozen)  # (a frozen BatchNorm, in eval mode, takes no batch's statistics)
+        model = rep.prepare(net)
         opt = rep.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
         for _ in range(2):
             rep.step(lambda x: model(x).mean(), torch.randn(64, 3, 8, 8), opt)
@@ -234,4 +236,5 @@ def test_a_micro_batch_set_too_small_for_batchnorm_is_said_at_the_first_step(cap
     assert err.count("\n") == 1 and "micro_batch 4: BatchNorm statistics span only 4 images of a step's 64" in err
     assert "a larger micro_batch spans more ('auto': the largest that fits)" in err and "train." not in err, err
     assert not first_step(nn.BatchNorm2d, 16)  # (16 images: enough)
+    assert not first_step(nn.BatchNorm2d, 4, frozen=True)  # (found by review: said of a frozen one)
     assert not first_step(lambda c: nn.GroupNorm(4, c), 4)  # (no BatchNorm: nothing to say)

@@ -16,8 +16,9 @@ def test_blurpool_blurs_the_strided_convs_of_16_channels_or_more_and_keeps_the_w
     plain = bigbatch.models.create_classifier("resnet50", 10, ch=16)
     torch.manual_seed(0)
     blurred = bigbatch.models.create_classifier("resnet50", 10, ch=16, blurpool=True)
+    # The same weights and names, drawn alike from one seed (an A/B of BlurPool alone: found by review).
+    assert all(torch.equal(v, blurred.state_dict()[k]) for k, v in plain.state_dict().items())
     assert plain.state_dict().keys() == blurred.state_dict().keys()
-    blurred.load_state_dict(plain.state_dict())
     convs = {name for name, m in blurred.named_modules() if isinstance(m, BlurConv2d)}
     # Each stage after the first: its first block's 3x3 conv and its shortcut's 1x1; the RGB stem is not.
     assert convs == {f"layer{i}.0.{c}" for i in (2, 3, 4) for c in ("conv2", "downsample.0")}, convs
@@ -36,6 +37,8 @@ def test_a_blurpool_classifier_trains_from_the_command_line(tmp_path, capsys):
     args += ["model.ch=16", "model.options={depth=8, blurpool=true}", "train.kimg=0.064", "train.batch=32"]
     args += ["train.micro_batch=32", "train.lr_batch=32", "eval.every_kimg=0", "--quiet"]
     assert main(args) == 0
+    net = bigbatch.load_classifier(str(tmp_path / "r"))
+    assert any(isinstance(m, BlurConv2d) for m in net.modules())  # (found by review: an option ignored would pass)
     capsys.readouterr()
     assert main([*args[:3], "--dry-run", "model.name=resnet_cifar", "model.options={blurpool=1}"]) == 2
     assert "option 'blurpool' of 'resnet_cifar' must be bool, got 1" in capsys.readouterr().err

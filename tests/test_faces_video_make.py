@@ -122,3 +122,21 @@ def test_frames_missing_from_the_numbers_are_said(tmp_path, capsys):
     frames("whole", 3)
     assert main(["video", "make", "whole", "whole.mp4", "--fps", "25", "--preset", "ultrafast"]) == 0
     assert "missing" not in capsys.readouterr().err
+
+
+def test_the_sound_of_a_video_replaced_since_is_not_taken_and_frames_missing_at_the_start_are_said(tmp_path, capsys):
+    # Found from outside: a clip replaced at the frames' video's path gave its sound and rate; frames deleted from the
+    # start of a video's frames were unsaid (the picture then behind its sound).
+    clip = tmp_path / "clip.mp4"
+    _faces.write_video(clip, 4, 64, 48)
+    assert main(["video", "frames", str(clip), "taken"]) == 0
+    Path("taken/00001.png").unlink()
+    capsys.readouterr()
+    assert main(["video", "make", "taken", "a.mp4", "--preset", "ultrafast"]) == 0
+    said = capsys.readouterr()
+    assert "1 frame missing from taken's numbers (00001 first)" in said.err and has_sound("a.mp4"), said
+    _faces.write_video(clip, 2, 64, 48, fps=12, seed=1)  # (another clip at its path)
+    assert main(["video", "make", "taken", "b.mp4", "--preset", "ultrafast"]) == 0
+    said = capsys.readouterr()
+    assert f"{clip}, the video taken's frames came from, is gone or changed since: their rate (25 fps)" in said.err
+    assert "with the audio" not in said.out and not has_sound("b.mp4"), said

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from bigbatch.engine.batch_parts import runs
+from bigbatch.errors import BigbatchError
 
 PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)
 
@@ -100,8 +101,6 @@ class EMA(nn.Module):
         average_buffers: bool = False,
     ):
         super().__init__()
-        from bigbatch.errors import BigbatchError
-
         amounts = (halflife_kimg, start_kimg, rampup)
         if not isinstance(model, nn.Module) or not all(
             isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= 0 for v in amounts
@@ -111,6 +110,8 @@ class EMA(nn.Module):
                 f"{halflife_kimg!r}, {start_kimg!r}, {rampup!r}"
             )
         live = getattr(model, "module", model) if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        live = getattr(live, "_orig_mod", live)  # (what prepare returns may be compiled: the plain model, found by
+        # review; a copy of the compiled one saved its weights under _orig_mod. and compiled anew)
         object.__setattr__(self, "live", live)  # (the model averaged: not a submodule, saved on its own)
         self.module = make_ema(live)
         self.halflife_kimg, self.start_kimg, self.rampup = halflife_kimg, start_kimg, rampup
@@ -120,6 +121,8 @@ class EMA(nn.Module):
 
     def update(self, images: int) -> None:
         """Blend the model in after a step of `images` images (the step's whole batch, over every rank)."""
+        if not isinstance(images, numbers.Integral) or isinstance(images, bool) or images < 1:
+            raise BigbatchError(f"EMA.update takes the step's images, a whole number >= 1 (rep.batch), got {images!r}")
         self.nimg += int(images)
         how = (self.halflife_kimg, self.start_kimg, self.rampup, self.average_buffers)
         update_ema(self.module, self.live, int(self.nimg), int(images), *how)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torch.nn.modules.batchnorm import _BatchNorm
+
 from bigbatch.engine import memory, running_stats
 from bigbatch.engine.arguments import api_terms
 from bigbatch.errors import BigbatchError, warn
@@ -40,8 +42,6 @@ def load_state(rep: Any, state: dict[str, Any]) -> None:
         raise BigbatchError(f"Replicator.load_state_dict takes what state_dict() returned, got {type(state).__name__}")
     # (older checkpoints held the optimizers alone, and a resume adds their plan)
     optimizers = state["optimizers"] if "optimizers" in state else {k: v for k, v in state.items() if k != "plan"}
-    rep._batchnorm_before = state.get("batchnorm_images")
-    rep._batch_before = state.get("batch") if not rep._config_terms else None  # (a run's config keeps its batch)
     known = {"optimizers", "plan", "batchnorm_images", "batch"}
     if "optimizers" in state and set(state) - known:
         raise BigbatchError(f"Replicator state has unknown entries {sorted(set(state) - known)}")
@@ -62,6 +62,8 @@ def load_state(rep: Any, state: dict[str, Any]) -> None:
             s.failed = int(saved.get("failed", sum(s.history)))  # (a checkpoint of before it: its window's)
             s.settled = float(saved.get("settled", 0.0))  # (a checkpoint of before it: none)
             s.grown = bool(saved.get("grown", True))  # (one of before it: its first fall taken as over)
+    rep._batchnorm_before = state.get("batchnorm_images")
+    rep._batch_before = state.get("batch") if not rep._config_terms else None  # (a run's config keeps its batch)
     plan, how = state.get("plan"), (rep.precision, bool(rep.checkpointing))
     speak = (str if rep._config_terms else api_terms) if rep.is_main else None  # (the API's names: from outside)
     if rep._auto and plan and memory.plan_holds(plan, rep.world_size, rep.memory_budget, speak, *how):
@@ -76,7 +78,9 @@ def first_step_notes(rep: Any) -> None:
     unsaid), where a resume spans another number than before, and a batch other than the state loaded's."""
     if not rep._given_said:
         rep._given_said = True
-        if rep._batchnorm_before is None:  # (a resumed run was told at its start)
+        training = any(isinstance(m, _BatchNorm) and m.training for p, _ in rep.models for m in p.modules())
+        if rep._batchnorm_before is None and training:  # (a resumed run was told at its start; a frozen BatchNorm,
+            # in eval mode, takes no batch's statistics: found by review)
             micro = rep.plan.micro_batch
             how = (rep.world_size, rep.sync_bn, rep.share, f"train.micro_batch {micro}", False)
             rep._say_batchnorm(running_stats.span_small(micro, *how, given=True))

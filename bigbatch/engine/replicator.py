@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -271,14 +272,19 @@ class Replicator:
         shares = input_fn(InputContext(self))
         if shares is None:  # (found from outside: a generator's forgotten yield was "'NoneType' is not iterable")
             raise BigbatchError("the input function returned None: yield each step's share (or return an iterable)")
-        steps = 0
-        for share in shares:
-            steps += 1
-            yield share
+        steps, shares = 0, iter(shares)
+        try:
+            for share in shares:
+                steps += 1
+                yield share
+        finally:  # (closed with this one, as `yield from` would: its own `finally` runs now, not at collection)
+            if isinstance(shares, types.GeneratorType):
+                shares.close()
         if not steps and self.is_main:  # (found from outside: 0 steps, unsaid, then the script's NameError)
             warn(
-                f"the input function yielded no step's share (batch {self.batch}): nothing trained; a data set "
-                "smaller than the batch yields none from range(0, len(X) - ctx.batch + 1, ctx.batch)"
+                f"the input function yielded no step's share (batch {self.batch}): nothing trained (a data set "
+                "smaller than the batch yields none from range(0, len(X) - ctx.batch + 1, ctx.batch); a resume past "
+                "its last step, none either)"
             )
 
     # ---- one optimizer step --------------------------------------------------------------------
@@ -384,13 +390,15 @@ class Replicator:
         return [batch_parts.cut(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
 
     def _check_share(self, batch: Any) -> None:
-        if (n := batch_parts.length(batch)) != self.share:
+        listed = isinstance(batch, list) and len(batch) == self.share > 1  # (found from outside: a list of examples,
+        stack = f": a list of {self.share} is read as a batch's fields; torch.stack its examples into tensors"  # read
+        try:  # as its fields, was "got 1", or "a 0-d tensor" of (x, y) pairs)
+            n = batch_parts.length(batch)
+        except BigbatchError as e:
+            raise BigbatchError(f"{e}{stack}" if listed else str(e)) from None
+        if n != self.share:
             said = f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
-            if isinstance(batch, list) and len(batch) == self.share:  # (found from outside: read as its fields)
-                said += (
-                    f": a list of {len(batch)} is read as a batch's fields; torch.stack its examples into one tensor"
-                )
-            raise BigbatchError(said)
+            raise BigbatchError(said + (stack if listed else ""))
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
         """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""

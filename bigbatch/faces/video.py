@@ -327,25 +327,42 @@ def recorded_video(folder: str | Path, said: bool = True) -> tuple[Path | None, 
     if not record:  # a merge's OUT: its FRAMES' video, or the video those frames came from (found from outside:
         merged = read_record(Path(folder) / MERGE_RECORD).get("frames")  # `video make` of it wrote 25 fps, no sound)
         source = Path(merged["path"]) if isinstance(merged, dict) and isinstance(merged.get("path"), str) else None
-        if source is not None and "checksum" in merged and source.is_file():  # (a video, as extract's identity)
-            return source, None
+        if source is not None and "checksum" in merged:  # (a video, as extract's identity)
+            if _unchanged(source, merged):
+                return source, None
+            if said:  # (found from outside: a video replaced at its path gave its sound and rate; gone, "no record")
+                warn(f"{source}, the video {folder}'s frames were merged from, is gone or changed since: no sound")
+            return None, None
         if source is not None and source.is_dir() and source.resolve() != Path(folder).resolve():
             return recorded_video(source, said)
         return None, None
     video, fps = record.get("video"), record.get("fps")
     fps = fps if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
-    if isinstance(video, str) and not Path(video).is_file():
+    if isinstance(video, str) and not _unchanged(Path(video), record):
         try:
             rate = float(Fraction(record.get("rate")))  # (written by `video frames` since it kept the rate)
         except (TypeError, ValueError, ZeroDivisionError):
             rate = None
         rate = rate if rate and 0 < rate <= MAX_FPS else fps
         if rate is not None and said:
-            warn(f"{video}, the video {folder}'s frames came from, is gone: their rate ({rate:g} fps) kept, no sound")
+            warn(
+                f"{video}, the video {folder}'s frames came from, is gone or changed since: their rate ({rate:g} fps) "
+                "kept, no sound"
+            )
         return None, rate
     if not isinstance(video, str):
         return None, None
     return Path(video), fps
+
+
+def _unchanged(video: Path, record: dict) -> bool:
+    """Whether `video` is there with the size and time `record` holds (where it holds them; found from outside: a
+    video replaced at its path gave another clip's sound)."""
+    try:
+        st = video.stat()
+    except OSError:
+        return False
+    return all(record.get(k) in (None, v) for k, v in (("size", st.st_size), ("mtime_ns", st.st_mtime_ns)))
 
 
 def write_video(

@@ -25,15 +25,17 @@ from bigbatch.faces.video import (
 )
 
 
-def say_gaps(names: list[Path]) -> None:
-    """Warn of numbers missing between frames named by their numbers (00001.png, ...): the video closes the gap, and
-    the sound of the frames after it plays early (found from outside: frames deleted by hand, unsaid)."""
+def say_gaps(names: list[Path], from_one: bool = False) -> None:
+    """Warn of numbers missing between frames named by their numbers (00001.png, ...), and before the first where
+    they are a video's (`from_one`: numbered from 00001): the video closes the gap, and the sound of the frames after
+    it plays early (found from outside: frames deleted by hand, unsaid)."""
     numbers = [int(p.stem) for p in names if p.stem.isdigit()]
     if len(numbers) != len(names) or not numbers:
         return
-    missing = numbers[-1] - numbers[0] + 1 - len(set(numbers))
+    start = 1 if from_one and numbers[0] > 1 else numbers[0]
+    missing = numbers[-1] - start + 1 - len(set(numbers))
     if missing > 0:
-        first = next(n + 1 for n, m in zip(numbers, numbers[1:]) if m > n + 1)
+        first = start if start < numbers[0] else next(n + 1 for n, m in zip(numbers, numbers[1:]) if m > n + 1)
         warn(
             f"{counted(missing, 'frame')} missing from {names[0].parent}'s numbers ({first:05d} first): the video "
             "closes the gap: the frames after it play early (ahead of any sound)"
@@ -61,8 +63,8 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    say_gaps(names)
     recorded = recorded_video(folder, said=fps is None and audio_from is None)
+    say_gaps(names, from_one=recorded != (None, None))  # (a video's frames, numbered from 00001)
     check_video_out(out, "OUT", audio_from, recorded[0])
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
         raise BigbatchError(f"{out} exists: give --overwrite to replace it, or another name")
@@ -79,7 +81,7 @@ def folder_to_video(
     note = None
     if audio_from is None and fps is None:  # (found from outside: 25 fps and no sound, unsaid)
         note = (
-            f"{folder}: no record of the video its frames came from, and neither --fps nor --audio-from: "
+            f"{folder}: no video its frames came from is known here, and neither --fps nor --audio-from: "
             f"{float(rate):g} fps and no sound; give --audio-from SRC.mp4 (that video: its rate and its sound)"
         )
     Path(out).parent.mkdir(parents=True, exist_ok=True)

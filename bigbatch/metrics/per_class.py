@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from bigbatch.data.split import Subset
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, named_few, warn
 from bigbatch.metrics.evaluate import NAMES, generated_features
 from bigbatch.metrics.features import Extractor
 from bigbatch.metrics.fid import feature_stats, frechet_distance
@@ -54,13 +54,14 @@ def intra_class_fid(
         feats = generated_features(G, extractor, n or len(index), seed, truncation, batch_size, label=c)
         per[str(names[c])] = frechet_distance(*feature_stats(feats["pool"]), ref.mu, ref.sigma)
         counts[str(names[c])] = len(index)
-    if min(counts.values(), default=extractor.dims) < extractor.dims:  # (as FID's own line says it)
+    least = min((min(n or c, c) if n else c for c in counts.values()), default=extractor.dims)
+    if least < extractor.dims:  # (as FID's own line says it; of the samples too, --n: found by review)
         warn(
-            f"intra-class {fid.upper()}: classes of {min(counts.values())} images or more, fewer than the "
-            f"{extractor.dims} feature dimensions: biased upward; compare it only with scores of as many images"
+            f"intra-class {fid.upper()}: some classes scored on {least} images, fewer than the {extractor.dims} "
+            "feature dimensions: biased upward; compare it only with scores of as many images"
         )
     if few:
-        warn(f"intra-class {fid.upper()}: classes {', '.join(few[:5])} have fewer than 2 images, left out of the mean")
+        warn(f"intra-class {fid.upper()}: {len(few)} classes ({named_few(few)}) have fewer than 2 images, left out")
     if not per:
         raise BigbatchError(f"intra-class {fid.upper()}: no class has 2 images or more")
     return {f"i{fid}": sum(per.values()) / len(per), "per_class": per, "per_class_n": counts}
@@ -71,13 +72,16 @@ def check_per_class(args: Any, G: nn.Module, kind: str, reference: Any) -> None:
     or B's), with none of the options of the other metrics."""
     if not getattr(G, "n_classes", 0):
         raise BigbatchError(f"--per-class scores a conditional GAN class by class; {args.path} is unconditional")
-    if kind != "data" or getattr(reference, "n_classes", 0) != G.n_classes:
+    theirs, mine = list(getattr(reference, "class_names", None) or []), list(G.class_names or range(G.n_classes))
+    if kind != "data" or [str(c) for c in theirs] != [str(c) for c in mine]:  # (found by review: by count alone, a
+        # digits run was scored against Fashion-MNIST's shirts, and classes in another order against each other)
+        what = "not a data set" if kind != "data" else f"of the classes {', '.join(map(str, theirs[:4]))}, ..."
         raise BigbatchError(
-            f"--per-class scores against a data set of the run's {G.n_classes} classes (its own, or B a DATA.h5 or "
-            f"builtin:NAME of them); {args.reference} is {'not a data set' if kind != 'data' else 'of other classes'}"
+            f"--per-class scores against a data set of the run's classes ({', '.join(map(str, mine[:4]))}, ... in "
+            f"that order: its own, or B a DATA.h5 or builtin:NAME of them); {args.reference} is {what}"
         )
-    given = [f for f in ("metrics", "reference_n", "is_splits", "kid_subsets", "kid_subset_size") if
-             (args.asked if f == "metrics" else getattr(args, f, None) is not None)]  # fmt: skip
+    given = [f for f in ("reference_n", "is_splits", "kid_subsets", "kid_subset_size") if getattr(args, f) is not None]
+    given = ["metrics"] * (args.asked and args.metrics != "fid") + given  # (fid, what it scores, may be named)
     if given:
         flag = f"--{given[0].replace('_', '-')}"
         raise BigbatchError(f"--per-class scores FID per class, against each class's images: drop {flag}")

@@ -45,9 +45,20 @@ class BlurConv2d(nn.Conv2d):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        taps = torch.tensor([1.0, 2.0, 1.0])
+        self._add_blur()
+
+    def _add_blur(self) -> None:
+        taps = torch.tensor([1.0, 2.0, 1.0], device=self.weight.device)
         blur = (taps[:, None] * taps[None, :] / 16).expand(self.in_channels, 1, 3, 3).contiguous()
         self.register_buffer("blur", blur, persistent=False)
+
+    @classmethod
+    def of(cls, conv: nn.Conv2d) -> BlurConv2d:
+        """`conv` itself made a BlurConv2d: its weights as they are, no new ones drawn (the same seed then builds the
+        same weights with blurpool as without: found by review, each conv made again drew from the global RNG)."""
+        conv.__class__ = cls
+        conv._add_blur()
+        return conv
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         blur = self.blur.to(x.dtype)  # (under autocast the input may be of another precision than the buffer)
@@ -58,15 +69,10 @@ BLUR_FROM = 16  # channels a strided conv's input has at least to be blurred (FF
 
 
 def blur_strided_convs(net: nn.Module) -> None:
-    """Every strided conv of `net` whose input has BLUR_FROM channels or more made a BlurConv2d (before its init)."""
-    for parent in list(net.modules()):
-        for name, conv in list(parent.named_children()):
-            if type(conv) is nn.Conv2d and max(conv.stride) > 1 and conv.in_channels >= BLUR_FROM:
-                blurred = BlurConv2d(
-                    conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                    conv.dilation, conv.groups, conv.bias is not None,
-                )  # fmt: skip
-                setattr(parent, name, blurred)
+    """Every strided conv of `net` whose input has BLUR_FROM channels or more made a BlurConv2d."""
+    for conv in list(net.modules()):
+        if type(conv) is nn.Conv2d and max(conv.stride) > 1 and conv.in_channels >= BLUR_FROM:
+            BlurConv2d.of(conv)
 
 
 def conv3x3(in_ch: int, out_ch: int, stride: int = 1) -> nn.Conv2d:

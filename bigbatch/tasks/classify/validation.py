@@ -242,10 +242,11 @@ class Validation:
             yield index, x, y
 
     @torch.no_grad()
-    def predictions(self, model: nn.Module, tta: bool = False) -> Predictions:
+    def predictions(self, model: nn.Module, tta: bool | None = None) -> Predictions:
         """This rank's share of the split as `Predictions`, on the CPU, reduced batch by batch. `tta`: each
         image's probabilities averaged with its mirror image's (flip TTA; fastai's tta averages 4 passes of the training
-        transforms, blended with the plain prediction)."""
+        transforms, blended with the plain prediction); None: as this Validation scores."""
+        tta = self.tta if tta is None else tta
         was_training = model.training
         model.eval()
         out, size = [], self.size()
