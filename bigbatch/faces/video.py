@@ -356,13 +356,20 @@ def recorded_video(folder: str | Path, said: bool = True) -> tuple[Path | None, 
 
 
 def _unchanged(video: Path, record: dict) -> bool:
-    """Whether `video` is there with the size and time `record` holds (where it holds them; found from outside: a
-    video replaced at its path gave another clip's sound)."""
+    """Whether `video` is there with the size and time `record` holds (where it holds them), or, touched or copied
+    since, the bytes of its checksum (a merge's record holds one, as extract's): found from outside, a video replaced
+    at its path gave another clip's sound."""
     try:
         st = video.stat()
     except OSError:
         return False
-    return all(record.get(k) in (None, v) for k, v in (("size", st.st_size), ("mtime_ns", st.st_mtime_ns)))
+    if all(record.get(k) in (None, v) for k, v in (("size", st.st_size), ("mtime_ns", st.st_mtime_ns))):
+        return True
+    if record.get("checksum") is None or record.get("size") not in (None, st.st_size):
+        return False
+    from bigbatch.checkpoints import file_checksum
+
+    return file_checksum(video) == record["checksum"]
 
 
 def write_video(
