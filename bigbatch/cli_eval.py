@@ -300,16 +300,23 @@ def scoring(args: argparse.Namespace, metrics: str) -> dict[str, int]:
     }
 
 
-def subsets_said(subsets: dict[str, int], metrics: str, n: int, reference_n: int | None) -> dict[str, int]:
+def subsets_said(
+    subsets: dict[str, int], metrics: str, n: int, reference_n: int | None, asked: Any = None
+) -> dict[str, int]:
     """What the scores' line says of IS's splits and KID's subsets, those of the metrics scored, as used: of `n`
     images, against `reference_n` (found from outside: a paper's KID subsets were neither set nor said; found by
-    review, the size asked said where fewer images were used)."""
+    review, the size asked said where fewer images were used). A value `asked` for (eval's arguments) and cut to
+    the images is said (found from outside: --kid-subset-size 5000 of 20 images, unsaid; torch-fidelity refuses it)."""
     from bigbatch.metrics import parse_metrics
 
     wanted = parse_metrics(metrics)
     used = {"is_splits": min(subsets["is_splits"], n), "kid_subsets": subsets["kid_subsets"]}
     used["kid_subset_size"] = min(subsets["kid_subset_size"], n, reference_n or n)
-    return {k: v for k, v in used.items() if SUBSETS[k][0] in wanted}
+    used = {k: v for k, v in used.items() if SUBSETS[k][0] in wanted}
+    for key, value in used.items():
+        if (given := getattr(asked, key, None)) is not None and value < given:
+            warn(f"--{key.replace('_', '-')} {given}: {value} taken, as many as the images scored")
+    return used
 
 
 def provenance(extractor: Any) -> dict[str, str]:
@@ -469,7 +476,7 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
             }
         elif args.per_class:
             out |= {"reference": args.reference or cfg.data.path}
-        yield out | (subsets_said(subsets, metrics, n, out.get("reference_n")) if subsets else {}) | scores
+        yield out | (subsets_said(subsets, metrics, n, out.get("reference_n"), args) if subsets else {}) | scores
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:
@@ -552,4 +559,4 @@ def _eval_images(args: argparse.Namespace, device: object, compares: bool) -> di
     out |= {"resolution": resolution} if made or args.path.startswith("builtin:") else {}  # (the side made at)
     if compares:
         out |= {"reference": args.reference, "reference_n": reference_count(kind, ref, args.reference_n)}
-    return out | subsets_said(subsets, metrics, out["n"], out.get("reference_n")) | scores
+    return out | subsets_said(subsets, metrics, out["n"], out.get("reference_n"), args) | scores

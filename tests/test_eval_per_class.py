@@ -1,5 +1,6 @@
 """Intra-class FID as a StudioGAN user reports it (found from outside: a recipe by hand, each class scored by a
-classifier trained on that class alone, whose scores compared with nothing): `bigbatch eval RUN --per-class`."""
+classifier trained on that class alone, whose scores compared with nothing): `bigbatch eval RUN --per-class`; and
+what else a run's eval says of the reference and of KID's subsets."""
 
 from __future__ import annotations
 
@@ -88,3 +89,12 @@ def test_the_runs_own_data_of_fewer_images_than_features_is_said_as_b_is(run, ca
     assert main(["eval", str(run), "--metrics", "fid", "--n", "20", "--reference-n", "10"]) == 0
     err = capsys.readouterr().err
     assert "builtin:digits: reference statistics of 10 images, fewer than their 32 feature dimensions" in err, err
+
+
+def test_a_kid_subset_asked_larger_than_the_images_is_said(run, capsys):
+    # Found from outside: --kid-subset-size 5000 of 20 samples was cut to 20 without a word (torch-fidelity refuses).
+    capsys.readouterr()
+    assert main(["eval", str(run), "--metrics", "kid", "--n", "20", "--kid-subset-size", "5000"]) == 0
+    said = capsys.readouterr()
+    assert "--kid-subset-size 5000: 20 taken, as many as the images scored" in said.err, said.err
+    assert json.loads(said.out.strip().splitlines()[-1])["kid_subset_size"] == 20
