@@ -320,4 +320,4 @@ def test_video_make_of_a_merges_out_takes_the_rate_and_sound_of_the_video_its_fr
         assert video.video_rate(f"{out}.mp4") == rate
     shutil.copytree("m", "plain", ignore=shutil.ignore_patterns(".*"))
     assert main(["video", "make", "plain", "plain.mp4", "--preset", "ultrafast"]) == 0
-    assert "plain: no record of the video its frames came from, and neither --fps nor" in capsys.readouterr().err
+    assert "plain: no video its frames came from is known here, and neither --fps nor" in capsys.readouterr().err
