@@ -390,15 +390,20 @@ class Replicator:
         return [batch_parts.cut(batch, j * m, (j + 1) * m) for j in range(plan.accumulation)]
 
     def _check_share(self, batch: Any) -> None:
-        listed = isinstance(batch, list) and len(batch) == self.share > 1  # (found from outside: a list of examples,
-        stack = f": a list of {self.share} is read as a batch's fields; torch.stack its examples into tensors"  # read
-        try:  # as its fields, was "got 1", or "a 0-d tensor" of (x, y) pairs)
+        def listed() -> str:  # (found from outside: a list of examples, read as its fields, was "got 1", or "a 0-d
+            if isinstance(batch, list) and len(batch) == self.share > 1:  # tensor" of (x, y) pairs)
+                return f": a list of {self.share} is read as a batch's fields; torch.stack its examples into tensors"
+            return ""
+
+        try:
             n = batch_parts.length(batch)
         except BigbatchError as e:
-            raise BigbatchError(f"{e}{stack}" if listed else str(e)) from None
+            if not listed():
+                raise
+            raise BigbatchError(f"{e}{listed()}") from None
         if n != self.share:
             said = f"a step's batch on this rank must hold batch / world_size = {self.share} examples, got {n}"
-            raise BigbatchError(said + (stack if listed else ""))
+            raise BigbatchError(said + listed())
 
     def no_sync(self, keep: Iterable[nn.Module] = ()) -> ExitStack:
         """Suspend DDP's gradient all-reduce on every prepared DDP module except those in `keep`."""
