@@ -450,8 +450,8 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
     elif args.reference is not None and kind != "stats" and reference_n and reference_n < len(ref):
         # (found from outside: a B given was cut to the run's eval.reference_n, unsaid)
         warn(f"B: {reference_n} of its {len(ref)} images, the run's eval.reference_n; --reference-n 0 takes all")
-    metrics = _metrics_for(args.metrics, extractor, ref, args.asked) if not args.per_class else "fid"
-    subsets = scoring(args, metrics) if not args.per_class else {}
+    metrics = "fid" if args.per_class else _metrics_for(args.metrics, extractor, ref, args.asked)
+    subsets = scoring(args, metrics)
     # What a paper reports of the samples (found from outside: unsaid): the network, its classes' draw, the side.
     made = {"network": "G_ema", "resolution": G.resolution, "kimg": (checkpoints.read_meta(ckpt) or {}).get("kimg")}
     made |= {"classes": "uniform"} if G.n_classes and not args.per_class else {}
@@ -469,14 +469,10 @@ def _scored(args: argparse.Namespace, G: Any, device: object, standing: int, swe
         out |= {"truncation": truncation} if math.isfinite(truncation) else {}  # samples: from outside, unsaid)
         out |= {"psi": psi} if psi is not None else {}
         out |= {"standing_stats": standing} if standing else {}  # (found from outside: two FIDs, one line)
-        if compares and not args.per_class:
-            out |= {
-                "reference": args.reference or cfg.data.path,
-                "reference_n": reference_count(kind, ref, reference_n),
-            }
-        elif args.per_class:
+        if compares or args.per_class:  # (per class: each class's images of the reference, in per_class_n)
             out |= {"reference": args.reference or cfg.data.path}
-        yield out | (subsets_said(subsets, metrics, n, out.get("reference_n"), args) if subsets else {}) | scores
+            out |= {} if args.per_class else {"reference_n": reference_count(kind, ref, reference_n)}
+        yield out | subsets_said(subsets, metrics, n, out.get("reference_n"), args) | scores
 
 
 def _metrics_for(metrics: str, extractor: Any, ref: object = None, asked: bool = False) -> str:

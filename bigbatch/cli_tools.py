@@ -31,8 +31,8 @@ def _predict(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--out {args.out!r}: give a .csv or a .json file for the predictions")
     module = inference_of(args.run, args.checkpoint, dist.context("auto").device)
     cfg = Config.load(Path(str(module.checkpoint)) / "config.toml")
-    args.tta = cfg.eval.tta if args.tta is None else args.tta  # (found by review: a run scored with TTA, predicted
-    if args.tta:  # without: not the probabilities its scores were of)
+    tta = cfg.eval.tta if args.tta is None else args.tta  # (found by review: a run scored with TTA, predicted
+    if tta:  # without: not the probabilities its scores were of)
         check_tta(cfg, args.run)
     if args.out:  # where the predictions go, made and checked before the images (found from outside: a missing
         # folder failed once every image was predicted, as export and lr-find make theirs)
@@ -58,7 +58,7 @@ def _predict(args: argparse.Namespace) -> None:
         skipped.clear()
 
     rows, count = [], 0
-    for row in predict_each(module, images(), args.topk, args.tta):  # (each image as it is read: a folder of
+    for row in predict_each(module, images(), args.topk, tta):  # (each image as it is read: a folder of
         count += 1  # photos is not held decoded at once)
         say_skipped()
         if args.json or args.out:

@@ -10,9 +10,10 @@ from bigbatch.config import CheckpointConfig, Config, DataConfig, EvalConfig, Mo
 
 IMAGENET = 1_281_167  # ImageNet-1k training images
 FASHION_TRAIN = 60_000  # Fashion-MNIST training images (one epoch, in images)
-IMAGENET_CROP = (
-    256 / 224
-)  # validation's short side resized to 256 for a center crop of 224 (found from outside: 1.14, 255)
+# ImageNet's files as `bigbatch prepare` writes them, and its validation: the short side resized to 256 for a center
+# crop of 224 (found from outside: 1.14 resized to 255).
+IMAGENET_DATA = {"path": "imagenet-train.h5", "xflip": True, "workers": 8, "val_path": "imagenet-val.h5"}
+IMAGENET_CROP = 256 / 224
 
 
 def _fashion_classifier(name: str, model: ModelConfig, train: TrainConfig, schedule: list | None = None) -> Config:
@@ -167,16 +168,7 @@ def imagenet_resnet50_fast() -> Config:
         {"kimg": 22 * e, "lr": [0.1, 0.01]},
         {"kimg": 25 * e, "resolution": 288, "batch": "1x", "lr": [0.01, 0.001]},
     ]
-    data = DataConfig(
-        path="imagenet-train.h5",
-        resolution=128,
-        xflip=True,
-        workers=8,
-        val_path="imagenet-val.h5",
-        val_rect=True,
-        val_crop=IMAGENET_CROP,
-        schedule=schedule,
-    )
+    data = DataConfig(**IMAGENET_DATA, resolution=128, val_rect=True, val_crop=IMAGENET_CROP, schedule=schedule)
     train = TrainConfig(
         kimg=28 * e,
         batch=1024,
@@ -204,14 +196,7 @@ def imagenet_resnet50() -> Config:
     `imagenet_resnet50_fast`; same data files.
     """
     e = IMAGENET / 1000
-    data = DataConfig(
-        path="imagenet-train.h5",
-        resolution=224,
-        xflip=True,
-        workers=8,
-        val_path="imagenet-val.h5",
-        val_crop=IMAGENET_CROP,
-    )
+    data = DataConfig(**IMAGENET_DATA, resolution=224, val_crop=IMAGENET_CROP)
     train = TrainConfig(
         kimg=90 * e,
         batch=256,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import torch
 
 from bigbatch.engine import keyed
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import whole_number
 
 
 class InputContext:
@@ -56,8 +55,5 @@ class InputContext:
             noise = torch.randn(ctx.batch, *x.shape[1:], generator=g, device=ctx.device)[ctx.rows]
 
         (Each rank draws the whole batch's numbers: cheap beside a step on a GPU; a CPU and a GPU draw others.)"""
-        if not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in (step, seed)) or step < 0:
-            raise BigbatchError(
-                f"ctx.generator takes a step number (an int >= 0) and an int seed, got {step!r}, {seed!r}"
-            )
-        return keyed.generator(int(seed), int(step), device=self.device)
+        step = whole_number("ctx.generator takes a step number: its step", step)
+        return keyed.generator(whole_number("ctx.generator's seed", seed, -(1 << 63)), step, device=self.device)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from bigbatch.engine.batch_parts import runs
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, whole_number
 
 PART = 1 << 24  # elements blended at once (64 MiB of temporaries in fp32; a tensor larger than that alone)
 
@@ -121,11 +121,10 @@ class EMA(nn.Module):
 
     def update(self, images: int) -> None:
         """Blend the model in after a step of `images` images (the step's whole batch, over every rank)."""
-        if not isinstance(images, numbers.Integral) or isinstance(images, bool) or images < 1:
-            raise BigbatchError(f"EMA.update takes the step's images, a whole number >= 1 (rep.batch), got {images!r}")
-        self.nimg += int(images)
+        images = whole_number("EMA.update takes the step's images (rep.batch): they", images, 1)
+        self.nimg += images
         how = (self.halflife_kimg, self.start_kimg, self.rampup, self.average_buffers)
-        update_ema(self.module, self.live, int(self.nimg), int(images), *how)
+        update_ema(self.module, self.live, int(self.nimg), images, *how)
 
     def forward(self, *args: object, **kwargs: object) -> object:
         return self.module(*args, **kwargs)

@@ -54,7 +54,7 @@ def intra_class_fid(
         feats = generated_features(G, extractor, n or len(index), seed, truncation, batch_size, label=c)
         per[str(names[c])] = frechet_distance(*feature_stats(feats["pool"]), ref.mu, ref.sigma)
         counts[str(names[c])] = len(index)
-    least = min((min(n or c, c) if n else c for c in counts.values()), default=extractor.dims)
+    least = min((min(n or c, c) for c in counts.values()), default=extractor.dims)  # (samples and images a class)
     if least < extractor.dims:  # (as FID's own line says it; of the samples too, --n: found by review)
         warn(
             f"intra-class {fid.upper()}: some classes scored on {least} images, fewer than the {extractor.dims} "
