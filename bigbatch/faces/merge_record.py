@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.faces.extract_journal import same_source
-from bigbatch.faces.video import MERGE_RECORD as RECORD
 from bigbatch.files import atomic_write, read_record
 
+RECORD = ".merge.json"
 # The record's parts, and what changed when one differs (said in the line that says all frames merge again).
 PARTS = {"settings": "the merge settings", "model": "the model", "aligned": "the aligned faces", "frames": "the frames"}
 

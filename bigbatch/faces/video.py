@@ -276,7 +276,6 @@ def check_fps(fps: float | None) -> None:
 
 
 FRAMES_RECORD = ".frames.json"  # in `video frames`' DIR: the video and --fps its frames are of, for a rerun
-MERGE_RECORD = ".merge.json"  # in a merge's OUT: what it merged (merge_record), its frames' source among it
 
 
 def frames_to_folder(video: str | Path, out: str | Path, fps: float | None = None) -> int:
@@ -324,18 +323,6 @@ def recorded_video(folder: str | Path, said: bool = True) -> tuple[Path | None, 
     workspace/data_dst wrote 25 fps and no sound, its own video beside it. A video gone since: None, and the frames'
     rate, `said` (found from outside: 29.97 fps frames made into a 25 fps video, without a word)."""
     record = read_record(Path(folder) / FRAMES_RECORD)
-    if not record:  # a merge's OUT: its FRAMES' video, or the video those frames came from (found from outside:
-        merged = read_record(Path(folder) / MERGE_RECORD).get("frames")  # `video make` of it wrote 25 fps, no sound)
-        source = Path(merged["path"]) if isinstance(merged, dict) and isinstance(merged.get("path"), str) else None
-        if source is not None and "checksum" in merged:  # (a video, as extract's identity)
-            if _unchanged(source, merged):
-                return source, None
-            if said:  # (found from outside: a video replaced at its path gave its sound and rate; gone, "no record")
-                warn(f"{source}, the video {folder}'s frames were merged from, is gone or changed since: no sound")
-            return None, None
-        if source is not None and source.is_dir() and source.resolve() != Path(folder).resolve():
-            return recorded_video(source, said)
-        return None, None
     video, fps = record.get("video"), record.get("fps")
     fps = fps if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
     if isinstance(video, str) and not _unchanged(Path(video), record):
@@ -356,20 +343,13 @@ def recorded_video(folder: str | Path, said: bool = True) -> tuple[Path | None, 
 
 
 def _unchanged(video: Path, record: dict) -> bool:
-    """Whether `video` is there with the size and time `record` holds (where it holds them), or, touched or copied
-    since, the bytes of its checksum (a merge's record holds one, as extract's): found from outside, a video replaced
-    at its path gave another clip's sound."""
+    """Whether `video` is there with the size and time `record` holds, where it holds them (found from outside: a
+    video replaced at its path gave another clip's sound)."""
     try:
         st = video.stat()
     except OSError:
         return False
-    if all(record.get(k) in (None, v) for k, v in (("size", st.st_size), ("mtime_ns", st.st_mtime_ns))):
-        return True
-    if record.get("checksum") is None or record.get("size") not in (None, st.st_size):
-        return False
-    from bigbatch.checkpoints import file_checksum
-
-    return file_checksum(video) == record["checksum"]
+    return all(record.get(k) in (None, v) for k, v in (("size", st.st_size), ("mtime_ns", st.st_mtime_ns)))
 
 
 def write_video(

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from bigbatch.errors import BigbatchError, counted, warn
+from bigbatch.faces import merge_record
 from bigbatch.faces.video import (
+    FRAMES_RECORD,
     Encoding,
     another_size,
     check_fps,
@@ -23,6 +25,7 @@ from bigbatch.faces.video import (
     say_speed,
     write_video,
 )
+from bigbatch.files import read_record
 
 
 def say_gaps(names: list[Path], from_one: bool = False) -> None:
@@ -40,6 +43,31 @@ def say_gaps(names: list[Path], from_one: bool = False) -> None:
             f"{counted(missing, 'frame')} missing from {names[0].parent}'s numbers ({first:05d} first): the video "
             "closes the gap: the frames after it play early (ahead of any sound)"
         )
+
+
+def source_of(folder: Path, said: bool) -> tuple[Path | None, float | None]:
+    """The video FOLDER's frames came from and the rate they were taken at (`recorded_video`), also for a merge's
+    OUT: its FRAMES' video while it is the one merged (its bytes, as extract and merge know it), or the video those
+    frames came from (found from outside: `video make` of a merge's OUT wrote 25 fps and no sound)."""
+    from bigbatch.faces.extract import FrameSource
+    from bigbatch.faces.extract_journal import same_source
+
+    merged = read_record(folder / merge_record.RECORD).get("frames")
+    if (folder / FRAMES_RECORD).exists() or not isinstance(merged, dict) or not isinstance(merged.get("path"), str):
+        return recorded_video(folder, said)
+    source = Path(merged["path"])
+    if "checksum" in merged:  # (a video)
+        try:
+            if same_source(merged, FrameSource(str(source)).identity()):
+                return source, None
+        except BigbatchError:  # (gone, or no longer a video)
+            pass
+        if said:  # (found from outside: a clip replaced at its path gave its sound and rate)
+            warn(f"{source}, the video {folder}'s frames were merged from, is gone or changed since: no sound")
+        return None, None
+    if source.is_dir() and source.resolve() != folder.resolve():
+        return recorded_video(source, said)
+    return None, None
 
 
 def folder_to_video(
@@ -63,7 +91,7 @@ def folder_to_video(
     names = sorted(frames, key=natural_key)
     if not names:
         raise BigbatchError(f"{folder} holds no frames (.png, .jpg)")
-    recorded = recorded_video(folder, said=fps is None and audio_from is None)
+    recorded = source_of(folder, said=fps is None and audio_from is None)
     say_gaps(names, from_one=recorded != (None, None))  # (a video's frames, numbered from 00001)
     check_video_out(out, "OUT", audio_from, recorded[0])
     if not overwrite and os.path.lexists(out):  # (found from outside: replaced without a word; as export refuses)
