@@ -17,7 +17,7 @@ from pathlib import Path
 
 import bigbatch
 from bigbatch import cli_errors, cli_tools, signals, user_modules
-from bigbatch.cli_checks import build_on_meta, check_launched, check_local_data, dry_resume
+from bigbatch.cli_checks import build_on_meta, check_data, check_launched, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_paths, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, add_scoring_options, run_eval, values
 from bigbatch.cli_faces import add_face_commands
@@ -61,7 +61,7 @@ def _train(args: argparse.Namespace) -> None:
         overrides["train.init_from"] = args.init_from
     cfg = cfg.override(overrides, warn_dropped=True)
     if args.dry_run:
-        data = check_local_data(cfg, new_run=not resume).get(cfg.data.path)  # a missing or broken data file, as
+        data = check_data(cfg, new_run=not resume).get(cfg.data.path)  # a missing or broken data file, as
         floor = build_on_meta(cfg, not resume, data)  # training refuses it; what only the constructors check
         if args.run_dir:  # (found from outside: passed a --run-dir holding a run, without --resume)
             check_resume(Path(args.run_dir), resume)

@@ -15,10 +15,11 @@ from bigbatch.errors import BigbatchError, warn
 from bigbatch.urls import is_url
 
 
-def check_local_data(cfg: Any, new_run: bool = True) -> dict[str, dict]:
-    """Read the metadata of the config's local data files (data.path, dst_path, val_path): an empty or
-    foreign file is refused as training would refuse it; one not made yet is warned about (a plan may come
-    first). builtin:NAME's name is checked; URLs are left to training. `new_run`: and an XSeg's train.init_from
+def check_data(cfg: Any, new_run: bool = True) -> dict[str, dict]:
+    """Read the metadata of the config's data files (data.path, dst_path, val_path): an empty or foreign file is
+    refused as training would refuse it; a local one not made yet is warned about (a plan may come first); a URL's
+    store is asked for it with data.storage_options, as training asks (found from outside: a bucket the credentials
+    could not read passed a dry run). builtin:NAME's name is checked. `new_run`: and an XSeg's train.init_from
     against the faces, as a new run checks it. Returns the metadata read, by the path given."""
     from bigbatch.data.hdf5 import read_meta
     from bigbatch.data.load import check_builtin, check_one_shape
@@ -33,19 +34,20 @@ def check_local_data(cfg: Any, new_run: bool = True) -> dict[str, dict]:
 
                 metas[given] = {"class_names": CLASSES[name], "channels": CHANNELS}
             continue
-        path = Location.of(given) if given else None
-        if path is not None and not path.url:  # (builtin:NAME is a URL's shape)
-            if not path.path.exists():
-                here = "" if path.path.is_absolute() else f" in the current folder {os.getcwd()}"
-                warn(f"data file {path} does not exist{here}: training refuses it until `bigbatch prepare` makes it")
-                continue
-            if not path.path.is_file():
-                raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
-            meta = metas[given] = read_meta(path)
-            if given in (cfg.data.path, cfg.data.dst_path):  # (found by review: the dry run passed them)
-                key = "data.path" if given == cfg.data.path else "data.dst_path"
-                check_one_shape(key, str(path), len(meta.get("groups") or []))
-            _check_stored_size(cfg, given, meta)
+        if not given:
+            continue
+        path = Location.of(given)
+        if not path.url and not path.path.exists():
+            here = "" if path.path.is_absolute() else f" in the current folder {os.getcwd()}"
+            warn(f"data file {path} does not exist{here}: training refuses it until `bigbatch prepare` makes it")
+            continue
+        if not path.url and not path.path.is_file():
+            raise BigbatchError(f"data file {path} is not a file; give a DATA.h5 that `bigbatch prepare` wrote")
+        meta = metas[given] = read_meta(path, cfg.data.storage_options if path.url else None)
+        if given in (cfg.data.path, cfg.data.dst_path):  # (found by review: the dry run passed them)
+            key = "data.path" if given == cfg.data.path else "data.dst_path"
+            check_one_shape(key, str(path), len(meta.get("groups") or []))
+        _check_stored_size(cfg, given, meta)
     # The faces' face type, as the task takes it (a swap's of both sides; an XSeg's of src alone, or of both),
     # checked against the config's, the sides' and an XSeg's train.init_from.
     start = cfg.train.init_from

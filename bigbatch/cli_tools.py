@@ -557,7 +557,7 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
         print(f"score a classifier on it with: data.val_path={out}{' data.val_rect=true' if args.buckets else ''}")
     elif whole or (side and side & (side - 1)):  # (a GAN is built for a power of two: a classifier takes any size)
         if len(report.class_names) >= 2:
-            size = f" data.resolution={min(args.resolution, 224)}" if whole and args.resolution else at(0)
+            size = f" data.resolution={min(trained_side(args, report), 224)}" if whole and args.resolution else at(0)
             print(f"train a classifier on it with: {classifier(size)}")
             if args.labels:  # (found from outside: ImageNet's val, labelled by its CSV, was given the training hint)
                 print(f"or, held-out images, score a classifier on it with: data.val_path={out}")
@@ -568,6 +568,16 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
         print(f"train on it with: bigbatch train data.path={out}{at(32)}")
         if len(report.class_names) >= 2:  # (found from outside: class folders were given the GAN's hint alone)
             print(f"or a classifier: {classifier(at(0))}")
+
+
+def trained_side(args: argparse.Namespace, report: Any) -> int:
+    """The side a classifier trains the whole images prepare wrote at: the one asked, or where some were kept below
+    it, training's own rule (load.stored_side: found from outside, the hint's side warned of at the run's start)."""
+    if not report.below:
+        return args.resolution
+    from bigbatch.data.load import load_data, stored_side
+
+    return stored_side(load_data(args.out, args.resolution, storage_options=endpoint_options(args.endpoint_url)))
 
 
 def checkpoint_named(args: argparse.Namespace) -> None:

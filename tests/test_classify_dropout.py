@@ -2,6 +2,9 @@
 drop_path_rate, timm's) is decided by train.seed: the same weights on a rerun and after a resume (found from outside:
 a family with dropout trained other weights on every run, and its resume was not bit-exact)."""
 
+import random
+
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -24,12 +27,12 @@ class _Dropped(nn.Module):
         return self.body(x).mean((2, 3))
 
     def forward(self, x):
-        if self.training:
-            SEEDS.append(torch.initial_seed())  # (the seed the global generator was last given: the micro-batch's)
+        if self.training:  # (the seed the global generator was last given: the micro-batch's; NumPy's, Python's draws)
+            SEEDS.append((torch.initial_seed(), np.random.random(), random.random()))
         return self.head(self.features(x))
 
 
-SEEDS: list[int] = []
+SEEDS: list[tuple[int, float, float]] = []
 
 
 def dropped(*, n_classes: int, ch: int = 8, img_channels: int = 3):
@@ -59,10 +62,13 @@ def test_a_familys_dropout_trains_the_same_weights_again_and_after_a_resume(tmp_
     # Each micro-batch of each step seeded anew (4 steps of 4 micro-batches: batch 64, micro-batch 16), ...
     seeds, SEEDS[:] = list(SEEDS), []
     assert len(seeds) == 16 and len(set(seeds)) == 16
+    np.random.seed(1), random.seed(1)  # (a process of other draws before: none of it reaches the run)
     again = weights(bigbatch.train(cfg, run_dir=tmp_path / "again", quiet=True))
-    assert SEEDS == seeds  # ... and alike on a rerun
+    assert SEEDS == seeds  # ... and alike on a rerun (NumPy's and Python's too: found from outside, left unseeded)
+    SEEDS.clear()
     bigbatch.train(cfg.override({"train.kimg": 0.128}), run_dir=tmp_path / "resumed", quiet=True)
     resumed = weights(bigbatch.train(cfg, run_dir=tmp_path / "resumed", resume=True, quiet=True))
+    assert SEEDS == seeds  # and after a resume
     other = weights(bigbatch.train(cfg.override({"train.seed": 1}), run_dir=tmp_path / "other", quiet=True))
     for k in one:
         assert torch.equal(one[k], again[k]) and torch.equal(one[k], resumed[k]), k

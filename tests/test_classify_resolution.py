@@ -108,3 +108,19 @@ def test_whole_images_prepared_below_the_side_a_run_trains_at_are_said_upscaled(
     assert (
         said[2] == f"most were smaller than the side they were prepared at: train at {said[1]}px, or give larger ones"
     )
+
+
+def test_prepares_hint_trains_whole_images_kept_below_its_side_at_the_side_training_takes(tmp_path, capsys):
+    # Found from outside: whole images mostly smaller than --resolution were hinted data.resolution=64, and the
+    # hinted run's first line said they were upscaled: "train at 22px".
+    import shlex
+
+    from test_codecs import photos
+
+    photos(tmp_path / "s", n=8, size=(24, 20))
+    argv = ["prepare", str(tmp_path / "s"), "small.h5", "--resolution", "64", "--codec", "jpeg", "--crop", "none"]
+    assert main([*argv, "--workers", "1"]) == 0
+    hint = capsys.readouterr().out.splitlines()[-1]
+    assert hint.startswith("train a classifier on it with: ") and "data.resolution=64" not in hint, hint
+    assert main([*shlex.split(hint.split(": ", 1)[1])[1:], "--dry-run"]) == 0
+    assert "upscaled" not in capsys.readouterr().err

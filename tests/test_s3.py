@@ -169,6 +169,11 @@ def test_training_from_s3_with_the_endpoint_in_the_config(s3, photos, tmp_path, 
         f'data.storage_options={{endpoint_url="{endpoint}"}}',
         "data.resolution=16",
     ]
+    # A dry run reads the file's metadata from the store, as training does (found from outside: one it could not
+    # read passed).
+    assert main(["train", *command[2:], "--dry-run"]) == 0
+    assert main(["train", "data.path=s3://bkt/train/nosuch.h5", *command[3:], "--dry-run"]) == 2
+    assert "s3://bkt/train/nosuch.h5" in (said := capfd.readouterr().err) and "Traceback" not in said, said
     prepare(str(photos), str(tmp_path / "photos.h5"), resolution=16, workers=0)
     cfg = tiny.override({"train.kimg": 0.064, "train.batch": 16, "data.xflip": True})
     (tmp_path / "tiny.toml").write_text(cfg.dumps())

@@ -11,6 +11,7 @@ from PIL import Image
 from test_eval_images import STANDIN, evaluate_module, pictures, save_folder
 
 from bigbatch.cli import main
+from bigbatch.errors import BigbatchError
 from bigbatch.metrics import load_stats
 
 
@@ -106,6 +107,8 @@ def test_a_data_file_names_each_image_by_its_file_in_index_order_buckets_too(tmp
         assert data.class_names[int(label)] == name.split("/")[0]
         assert (w > h, w < h) == (name.startswith("a/wide") or name.startswith("b/wide"), "tall" in name), name
     assert image_names(load_data("builtin:digits", 8)) is None
+    with pytest.raises(BigbatchError, match="not its path: image_names.bigbatch.data.load_data"):
+        image_names(str(tmp_path / "b.h5"))  # (found from outside: None, read as "the file keeps no names")
 
 
 def test_shards_from_a_server_that_ignores_ranges_come_whole_once_each_to_prepares_threads(tmp_path):

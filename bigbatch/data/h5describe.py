@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from bigbatch.data.hdf5 import H5Data, open_h5, read_meta, read_skipped, readable
 from bigbatch.data.listing import per_class, said_left_out
 from bigbatch.data.prepare_output import by_reason
-from bigbatch.errors import counted, printable
+from bigbatch.errors import BigbatchError, counted, printable
 from bigbatch.urls import Location
 
 
@@ -94,6 +95,9 @@ def image_names(data: Any) -> list[str] | None:
     """Each image's name in the source it was prepared from (its file, a shard's member with its shard), in index
     order; None where its file keeps none (builtin data; a file prepared before names were kept). A split or a
     subset's: its own images'."""
+    if isinstance(data, (str, os.PathLike, Location)):  # (found from outside: a file's path answered None, "no names")
+        given = f"bigbatch.data.load_data({str(data)!r}, RESOLUTION)"
+        raise BigbatchError(f"image_names takes a data set, not its path: image_names({given})")
     base, places = getattr(data, "data", None), getattr(data, "indices", None)
     if base is not None and places is not None:  # (a held-out split, bigbatch.data.split.Subset)
         names = image_names(base)

@@ -1,5 +1,5 @@
-"""Decoding only the part of a JPEG that a crop needs, as FFCV does with libjpeg-turbo's partial decode,
-but with the decoders at hand (OpenCV, nvJPEG), which decode whole files only.
+"""Decoding only the part of a JPEG that a crop needs, with the decoders at hand (OpenCV, nvJPEG), which decode
+whole files only (FFCV's RandomResizedCrop decodes the whole image, then crops).
 
 prepare writes JPEGs with a restart marker after every MCU (the 16x16-pixel block group of 4:2:0
 colour): each MCU's entropy-coded bytes then stand alone (the DC predictors restart), so the bytes of
@@ -7,7 +7,7 @@ any rectangle of MCUs, behind the file's own headers with the width and height c
 JPEG of that rectangle. Its pixels are the full decode's, bit for bit (the quantized coefficients are
 the same; libjpeg-turbo's IDCT works block by block), except where chroma upsampling reads a
 neighbouring sample that the rectangle left out: hence a margin of MARGIN output pixels around the
-crop before rounding out to whole MCUs. The markers cost about 5% more bytes and no pixels.
+crop before rounding out to whole MCUs. The markers cost 5 to 8% more bytes and no pixels.
 
 Written by hand: neither Pillow nor OpenCV exposes a cropped decode, and libjpeg-turbo's own
 (tj3SetCroppingRegion) needs the system's libturbojpeg. Files written before (no restart markers),

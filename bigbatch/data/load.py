@@ -43,9 +43,12 @@ def load_data(
         from bigbatch.data.hdf5 import H5Data
 
         return H5Data(location, in_ram=in_ram, storage_options=storage_options)
-    raise BigbatchError(
+    import shlex
+
+    raise BigbatchError(  # (the command that makes one of it: found from outside, a folder of shards left to guess)
         f"cannot open data set '{location.name}': give a DATA.h5 written by `bigbatch prepare` (a path or "
-        f"s3://... URL) or one of {', '.join('builtin:' + n for n in BUILTIN)}"
+        f"s3://... URL) or one of {', '.join('builtin:' + n for n in BUILTIN)}; of images, a folder, an archive or "
+        f"shards: `bigbatch prepare {shlex.quote(location.text)} DATA.h5` makes one"
     )
 
 

@@ -34,11 +34,12 @@ def seeded(seed: int) -> Iterator[None]:
 
 
 def seed_micro_batches(rep: Any, seed: int) -> None:
-    """Before each micro-batch's forward of a training step on Replicator `rep`, torch's global generators (the
-    host's and the step's GPU's) seeded from `seed`, the steps each optimizer has taken and the micro-batch's place
-    in the step over every rank: what a model draws from them (nn.Dropout, drop path, a user's family) is the same
-    on a rerun, after a resume, and on any number of processes that keeps the micro-batch (found from outside: a
-    user's family with dropout trained other weights on every run, each process's generator seeded at random)."""
+    """Before each micro-batch's forward of a training step on Replicator `rep`, the global generators (torch's, the
+    host's and the step's GPU's; NumPy's and Python's) seeded from `seed`, the steps each optimizer has taken and
+    the micro-batch's place in the step over every rank: what a model draws from them (nn.Dropout, drop path, a
+    user's family) is the same on a rerun, after a resume, and on any number of processes that keeps the
+    micro-batch (found from outside: a user's family with dropout trained other weights on every run, each
+    process's generator seeded at random; its NumPy and Python draws, unseeded)."""
 
     def seed_before(index: int) -> None:
         plan = None if rep.micro_batch_pending else rep.plan  # (a probe: micro-batch 0 of its size)
@@ -46,6 +47,8 @@ def seed_micro_batches(rep: Any, seed: int) -> None:
         keys = (seed, *(state.steps for state in rep.optimizers.values()), place)
         drawn = int.from_bytes(hashlib.blake2b(repr(keys).encode(), digest_size=8).digest(), "little") >> 1
         torch.random.default_generator.manual_seed(drawn)
+        random.seed(drawn)  # (a family's NumPy and Python draws too: found from outside, left unseeded)
+        np.random.seed(drawn & 0xFFFFFFFF)
         if rep.device.type == "cuda":
             torch.cuda.default_generators[torch.cuda._utils._get_device_index(rep.device, True)].manual_seed(drawn)
 
