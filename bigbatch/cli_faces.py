@@ -202,13 +202,19 @@ def _video(args: argparse.Namespace) -> None:
 
 
 def _sort(args: argparse.Namespace) -> None:
-    from bigbatch.faces.sort import sort_folder
+    from bigbatch.faces.sort import restore_names, sort_folder, trash_said
 
-    kept, trash = sort_folder(args.folder, args.by, args.target)
-    if not kept:  # (found from outside: "Sorted 0 faces ...: 00000.jpg on" of a folder left empty)
-        print(f"Sorted {args.folder} by {args.by}: no face kept{f'; all moved to {trash}' if trash else ''}")
+    if args.by == "restore-names":
+        if args.target is not None:
+            raise BigbatchError("--target is the number of faces `--by final` keeps; restore-names renames them all")
+        print(f"Gave {counted(restore_names(Path(args.folder).absolute()), 'face')} of {args.folder} their names back")
         return
-    moved = f"; the rest moved to {trash}" if trash else ""
+    kept, bin_, moved = sort_folder(args.folder, args.by, args.target)
+    said = f" ({trash_said(moved)})" if moved else ""  # (found from outside: which files, and why, unsaid)
+    if not kept:  # (found from outside: "Sorted 0 faces ...: 00000.jpg on" of a folder left empty)
+        print(f"Sorted {args.folder} by {args.by}: no face kept{f'; all moved to {bin_}{said}' if bin_ else ''}")
+        return
+    moved = f"; the rest moved to {bin_}{said}" if bin_ else ""
     print(f"Sorted {counted(kept, 'face')} of {args.folder} by {args.by}: 00000.jpg on{moved}")
 
 
@@ -386,7 +392,8 @@ def add_face_commands(sub: Any) -> None:
         metavar="METHOD",
         help="DFL's: blur, motion-blur, face-yaw, face-pitch, face-source-rect-size, hist, hist-dissim, brightness, "
         "hue, black, origname, oneface (frames of more than one face to the trash) or final (the best --target faces "
-        "over the yaws; final-fast: the same)",
+        "over the yaws; final-fast: the same); restore-names: each face back under its name before the first sort "
+        "(DFL's util: recover original filename)",
     )
     so.add_argument("--target", type=int, help="final: how many faces to keep (DFL's default 2000)")
     so.set_defaults(func=_sort)

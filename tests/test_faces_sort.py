@@ -22,7 +22,7 @@ from bigbatch.cli import main  # noqa: E402
 from bigbatch.data import align  # noqa: E402
 from bigbatch.data.dfl_faces import read_metadata, write_metadata  # noqa: E402
 from bigbatch.faces.extract import Extractor, Settings  # noqa: E402
-from bigbatch.faces.sort import pitch, yaw  # noqa: E402
+from bigbatch.faces.sort import NAMES, pitch, yaw  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def save(path, image, meta):
 
 
 def names(folder):
-    return sorted(p.name for p in folder.iterdir())
+    return sorted(p.name for p in folder.iterdir() if p.name != NAMES)  # (the faces: not their first names' record)
 
 
 def test_blur_brightness_and_final_order_the_faces_and_trash_what_is_not_one(face, tmp_path, capsys):
@@ -176,7 +176,7 @@ def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_fra
     looks = [image, cv2.GaussianBlur(image, (0, 0), 1), (image * 0.3).astype(np.uint8), image[:, :, ::-1].copy()]
     for i, look in enumerate(looks):
         save(folder / f"{i:05d}_0.jpg", look, {**meta, "source_filename": f"{i:05d}.png"})
-    order, trash = sort_order(folder, "hist-dissim")
+    order, trash, _ = sort_order(folder, "hist-dissim")
     # DFL's score: the sum of OpenCV's Bhattacharyya distances of the grey hull histograms to every other face
     hists = []
     for path in sorted(folder.iterdir()):
@@ -197,7 +197,9 @@ def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_fra
     save(folder / "w.jpg", image, {**meta, "source_filename": "00002.png"})
     capsys.readouterr()
     assert main(["sort", str(folder), "--by", "oneface"]) == 0 and not names(folder)
-    assert capsys.readouterr().out == f"Sorted {folder} by oneface: no face kept; all moved to {folder}_trash\n"
+    # (the trash's files by their names there, their names before the first sort: found from outside, unsaid)
+    said = f"no face kept; all moved to {folder}_trash (4 faces of frames of several faces: 00000_0.jpg, 00002_0.jpg,"
+    assert capsys.readouterr().out == f"Sorted {folder} by oneface: {said} w.jpg, z.jpg)\n"
     # Frames of two videos share names: sets combined under prefixes are told apart (found from outside: all trashed);
     # "." sorted puts its trash beside it (found from outside: inside it, as "_trash").
     trashed = len(names(tmp_path / "aligned_trash"))

@@ -157,7 +157,7 @@ def test_xseg_apply_writes_dfls_mask_into_each_face_and_remove_takes_it_out(alig
     os.link(faces / "1.jpg", tmp_path / "other-name.jpg")
     assert main(["xseg", "apply", str(tmp_path / "model"), str(faces), "--device", "cpu"]) == 0
     out, err = capsys.readouterr()
-    assert "Applied XSeg to 2 faces" in out and "1 file left as they were (3.jpg: not an aligned" in err
+    assert "Applied XSeg to 2 faces" in out and "1 file left as it was (3.jpg: not an aligned" in err
     kept = os.stat(faces / "2.jpg")
     assert (kept.st_mode & 0o777, kept.st_uid, kept.st_gid) == (0o640, *owner)
     assert (tmp_path / "other-name.jpg").read_bytes() == data and "with other names (hard links) are written" in err

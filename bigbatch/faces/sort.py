@@ -7,13 +7,13 @@ not its name, so a sorted dst set still merges.
 
 Methods, each DFL's (mainscripts/Sorter.py):
 - blur: sharpest first, by the variance of the Laplacian of the grey face over the inside of its landmarks'
-  hull (DFL scores CPBD, Narvekar & Karam's sharpness metric; the Laplacian's variance is the common
-  measure, and DFL's own motion-blur);
+  hull, over the grey face's variance there (DFL scores CPBD, Narvekar & Karam's sharpness metric; the
+  Laplacian's variance is the common measure, and DFL's own motion-blur);
 - motion-blur: DFL's: the variance of an 11-pixel Laplacian of the face inside its hull, highest first;
 - face-yaw, face-pitch: turned most one way first, from the face's landmarks (yaw: the jaw line's distances
   to the nose bridge, as DFL's head alignment measures it; pitch: where the nose tip falls between the eyes
   and the mouth; DFL solves a 3D head pose for both: yaw's order is nearly the same, rank correlation 0.99 on
-  test faces; pitch's was not compared);
+  test faces; pitch's the same over heads of its 3D model, compared from outside);
 - face-source-rect-size: the largest face in its frame first;
 - hist: DFL's chain of histogram similarity (each next face the nearest by Bhattacharyya distance of the
   three channels' histograms), which brings faces of one person, light and scene together;
@@ -23,7 +23,8 @@ Methods, each DFL's (mainscripts/Sorter.py):
   (DFL reads the frame and face index from the names `extract` gives; here the frame is each face's own
   source_filename, so a set already sorted or renamed is cleaned too);
 - brightness, hue: by the mean V or H of HSV, highest first; black: fewest black pixels first;
-- origname: by the frame the face came from, then its index;
+- origname: by the frame the face came from, then its name before the first sort (`first_names`);
+- restore-names: DFL's util "recover original filename", each face back under its name before the first sort;
 - final: the best `target` faces: yaw in 128 bins over -1..1 (DFL's: over its -1.2..1.2 radians), as many
   from each as the target allows (bins with fewer give their share to the rest), the sharpest of each bin,
   the sharpest of the rest where that leaves the target short; the others to the trash (DFL's `final` also
@@ -33,17 +34,18 @@ Methods, each DFL's (mainscripts/Sorter.py):
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
 
 from bigbatch.data.dfl_faces import LANDMARK_RANGE, NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
-from bigbatch.errors import BigbatchError, warn
+from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.faces.image_file import imread
 from bigbatch.faces.video import natural_key
 
@@ -53,11 +55,13 @@ YAW_BINS = 128
 
 def _blur(face: np.ndarray, meta: dict) -> float:
     """The variance of the grey face's Laplacian over the inside of its hull (away from its rim: the rim of a
-    masked face is an edge of its own, as sharp in a blurred face)."""
-    mask = cv2.erode(hull_mask(face.shape[:2], landmarks_of(meta)).astype(np.uint8), np.ones((5, 5), np.uint8))
-    laplacian = cv2.Laplacian(cv2.cvtColor(face, cv2.COLOR_BGR2GRAY).astype(np.float64), cv2.CV_64F)
-    inside = laplacian[mask > 0]
-    return float(inside.var()) if inside.size else 0.0
+    masked face is an edge of its own, as sharp in a blurred face), over the variance of the grey face there: a
+    face's sharpness, not its contrast (found from outside: a sharp face at a third of the contrast ranked below
+    a blurred one, where DFL's CPBD ranks it above every blurred one)."""
+    mask = cv2.erode(hull_mask(face.shape[:2], landmarks_of(meta)).astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+    grey = cv2.cvtColor(face, cv2.COLOR_BGR2GRAY).astype(np.float64)
+    laplacian, inside = cv2.Laplacian(grey, cv2.CV_64F)[mask], grey[mask]
+    return float(laplacian.var() / max(inside.var(), 1.0)) if inside.size else 0.0
 
 
 def _motion_blur(face: np.ndarray, meta: dict) -> float:
@@ -108,7 +112,7 @@ MEASURES: dict[str, Callable[[np.ndarray, dict], float]] = {
     "hue": _hsv_mean(0),
     "black": _black,
 }
-METHODS = (*MEASURES, "hist", "hist-dissim", "origname", "oneface", "final", "final-fast")
+METHODS = (*MEASURES, "hist", "hist-dissim", "origname", "oneface", "final", "final-fast", "restore-names")
 NEEDS_PIXELS = {"blur", "motion-blur", "brightness", "hue", "black"}  # (the other measures read metadata alone)
 
 
@@ -138,13 +142,14 @@ def _faces(folder: Path) -> tuple[list[tuple[Path, dict]], list[Path]]:
     return faces, other
 
 
-def _hist_chain(faces: list[tuple[Path, Any]]) -> list[int]:
-    """DFL's sort by histogram similarity: from the first face, each next the nearest of those left."""
-    hists = []
-    for path, _ in faces:
-        image = imread(path)
-        hists.append([cv2.calcHist([image], [c], None, [256], [0, 256]) for c in range(3)])
-    order = list(range(len(faces)))
+def _histograms(image: np.ndarray, _: dict) -> list[np.ndarray]:
+    return [cv2.calcHist([image], [c], None, [256], [0, 256]) for c in range(3)]
+
+
+def _hist_chain(hists: list[list[np.ndarray]]) -> list[int]:
+    """DFL's sort by histogram similarity (of each face's `_histograms`): from the first face, each next the nearest
+    of those left."""
+    order = list(range(len(hists)))
     for i in range(len(order) - 1):
         a = hists[order[i]]
         scores = [
@@ -156,20 +161,22 @@ def _hist_chain(faces: list[tuple[Path, Any]]) -> list[int]:
     return order
 
 
-def _hist_dissim(faces: list[tuple[Path, Any]], block: int = 1024) -> list[int]:
+def _grey_root(image: np.ndarray, meta: dict) -> np.ndarray:
+    """The square root of the face's grey histogram inside its landmarks' hull, normalised."""
+    grey = cv2.cvtColor((image * hull_mask(image.shape[:2], landmarks_of(meta))[..., None]).astype(np.uint8),
+                        cv2.COLOR_BGR2GRAY)  # fmt: skip
+    h = cv2.calcHist([grey], [0], None, [256], [0, 256]).reshape(-1).astype(np.float64)
+    return np.sqrt(h / max(h.sum(), 1e-12))
+
+
+def _hist_dissim(roots: list[np.ndarray], block: int = 1024) -> list[int]:
     """DFL's sort by histogram dissimilarity: each face's summed Bhattacharyya distance (OpenCV's) of its grey
     histogram inside the landmarks' hull to every other face's, highest first. As a product of the histograms'
-    square roots, a block of rows at a time (DFL's pairs of compareHist calls: 10^8 of them for 10,000 faces)."""
-    roots = []
-    for path, meta in faces:
-        image = imread(path)
-        grey = cv2.cvtColor((image * hull_mask(image.shape[:2], landmarks_of(meta))[..., None]).astype(np.uint8),
-                            cv2.COLOR_BGR2GRAY)  # fmt: skip
-        h = cv2.calcHist([grey], [0], None, [256], [0, 256]).reshape(-1).astype(np.float64)
-        roots.append(np.sqrt(h / max(h.sum(), 1e-12)))
+    square roots (`_grey_root`), a block of rows at a time (DFL's pairs of compareHist calls: 10^8 of them for
+    10,000 faces)."""
     r = np.stack(roots)
-    score = np.zeros(len(faces))
-    for start in range(0, len(faces), block):
+    score = np.zeros(len(r))
+    for start in range(0, len(r), block):
         near = r[start : start + block] @ r.T  # (the Bhattacharyya coefficients)
         distance = np.sqrt(np.clip(1 - near, 0, None))
         distance[np.arange(len(near)), np.arange(start, start + len(near))] = 0  # (not against itself)
@@ -177,24 +184,23 @@ def _hist_dissim(faces: list[tuple[Path, Any]], block: int = 1024) -> list[int]:
     return [int(i) for i in np.argsort(-score, kind="stable")]
 
 
-def _one_face(faces: list[tuple[Path, dict]]) -> tuple[list[int], list[int]]:
+def _one_face(faces: list[tuple[Path, dict]], firsts: list[str]) -> tuple[list[int], list[int]]:
     """DFL's oneface: (the faces kept, in name order; those of frames that hold more than one face)."""
-    # A frame by its name, and by what the face's own name puts before it: frames of two videos share their names
-    # (found from outside: sets combined as a_00001_0 and b_00001_0 trashed every face of both).
+    # A frame by its name, and by what the face's first name (`first_names`) puts before it: frames of two videos
+    # share their names (found from outside: sets combined as a_00001_0 and b_00001_0 trashed every face of both,
+    # and after a sort had renamed them too).
     frames: dict[tuple[str, str], list[int]] = {}
-    for i, (path, meta) in enumerate(faces):
+    for i, ((_, meta), first) in enumerate(zip(faces, firsts)):
         source = str(meta.get("source_filename", ""))
-        stem = Path(source).stem
-        before = path.stem.partition(stem)[0] if stem and stem in path.stem else ""
+        stem, first = Path(source).stem, Path(first).stem
+        before = first.partition(stem)[0] if stem and stem in first else ""
         frames.setdefault((source, before), []).append(i)
     crowded = {i for frame, members in frames.items() if frame[0] and len(members) > 1 for i in members}
     return [i for i in range(len(faces)) if i not in crowded], sorted(crowded)
 
 
-def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list[int]]:
-    """DFL's best faces, by yaw bins and sharpness (see the module)."""
-    yaws = np.array([yaw(meta) for _, meta in faces])
-    sharp = np.array([_blur(imread(p), meta) for p, meta in faces])
+def _final(yaws: np.ndarray, sharp: np.ndarray, target: int) -> tuple[list[int], list[int]]:
+    """DFL's best faces, by yaw bins and sharpness (see the module): (those kept, in order; the others)."""
     # Bins over a fixed range, as DFL's (-1.2..1.2 of its radians; face_yaw is near +-1 in profile). Found from
     # outside: bins over the set's own yaws spread frontal faces over their landmarks' noise, a face a bin, and
     # kept the blurred one whose landmarks had strayed (an end) over the sharpest.
@@ -216,81 +222,228 @@ def _final(faces: list[tuple[Path, dict]], target: int) -> tuple[list[int], list
     rest = [int(i) for i in np.argsort(-sharp, kind="stable") if i not in chosen]
     kept += rest[: target - len(kept)]  # (bins of one yaw, or a target short of a face a bin: the sharpest fill it)
     kept = sorted(kept, key=lambda i: (-yaws[i], -sharp[i]))
-    return kept, sorted(set(range(len(faces))) - set(kept))
+    return kept, sorted(set(range(len(yaws))) - set(kept))
 
 
-def sort_order(folder: Path, method: str, target: int | None = None) -> tuple[list[Path], list[Path]]:
-    """The faces of `folder` in `method`'s order, and what goes to the trash. `target`: final's (2000)."""
+# Why sort moved a file to the trash, as its line says it (found from outside: the trash's files were unsaid).
+NOT_FACES = ("file", "without DeepFaceLab's metadata")
+UNREAD = ("face", "whose file does not decode")
+UNMEASURED = ("face", "whose metadata it cannot measure")
+CROWDED = ("face", "of frames of several faces")
+PAST = ("face", "past the target")
+Why = tuple[str, str]  # (what it is, counted; and why it went)
+# Each sorted face's name before the folder's first sort, beside its identity (`_identity`): what `oneface` and
+# `restore-names` read. (Not ".sort-*": a killed sort's temporary names.)
+NAMES = ".bigbatch-names.json"
+
+
+def _identity(meta: dict) -> str:
+    """What marks a face in its own metadata, which a rename keeps: its frame and its rectangle there."""
+    rect = meta.get("source_rect")
+    return json.dumps([str(meta.get("source_filename", "")), [] if rect is None else np.asarray(rect).tolist()])
+
+
+def first_names(folder: Path, faces: list[tuple[Path, dict]]) -> list[str]:
+    """Each face's name before a sort first renamed it: the folder's record where it holds the face under its name
+    (a sort killed between its renames and its record leaves entries of other faces there: their own names then),
+    else its own."""
+    try:
+        record = json.loads((folder / NAMES).read_text())
+    except (OSError, ValueError):
+        record = {}
+    record = record if isinstance(record, dict) else {}
+    firsts = []
+    for path, meta in faces:
+        entry = record.get(path.name)
+        good = isinstance(entry, list) and len(entry) == 2 and entry[1] == _identity(meta)
+        name = entry[0] if good else None  # (a plain name of a face file in the folder, nothing else: it is renamed to)
+        plain = (
+            isinstance(name, str)
+            and Path(name).name == name
+            and not name.startswith(".")
+            and name.lower().endswith(SUFFIXES)
+        )
+        firsts.append(name if plain else path.name)
+    return firsts
+
+
+def _each_read(faces: list[tuple[Path, dict]], of: Callable[[np.ndarray, dict], Any]) -> list[Any]:
+    """`of` each face's pixels (BGR) and metadata; None for a face whose file does not decode (found from outside:
+    one cut short stopped the whole sort, where DFL's skips it)."""
+    values = []
+    for path, meta in faces:
+        try:
+            image = imread(path)
+        except BigbatchError:
+            values.append(None)
+            continue
+        values.append(of(image, meta))
+    return values
+
+
+class Sorted(NamedTuple):
+    """A sort's result: the faces in order, what goes to the trash with why (`NOT_FACES`, ...), and each face's first
+    name and identity (`first_names`, `_identity`), which its record keeps."""
+
+    order: list[Path]
+    trash: list[tuple[Path, Why]]
+    marks: dict[Path, tuple[str, str]]
+
+
+def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
+    """The faces of `folder` in `method`'s order, what goes to the trash, and what the record keeps (`Sorted`).
+    `target`: final's (2000)."""
     if method not in METHODS:
         raise BigbatchError(f"--by {method!r} is not a sort method; valid: {', '.join(METHODS)}")
     if target is not None and not method.startswith("final"):  # (found from outside: taken silently)
         raise BigbatchError(f"--target is the number of faces `--by final` keeps; --by {method} keeps them all")
+    if method == "restore-names":
+        raise BigbatchError("restore-names renames the faces back, in no order: bigbatch.faces.sort.restore_names")
     target = 2000 if target is None else target
+    if method.startswith("final") and target < 1:
+        raise BigbatchError(f"--target must be at least 1 face, got {target}")
     faces, other = _faces(folder)
     if not faces:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
-    trash = list(other)
+    trash = [(path, NOT_FACES) for path in other]
+    firsts = first_names(folder, faces)
+    if method in ("hist", "hist-dissim") or method.startswith("final") or method in NEEDS_PIXELS:
+        of = {"hist": _histograms, "hist-dissim": _grey_root}.get(method, MEASURES.get(method, _blur))
+        values = _each_read(faces, of)
+        trash += [(faces[i][0], UNREAD) for i, v in enumerate(values) if v is None]
+    else:  # (metadata alone)
+        values = [0.0] * len(faces)
+    read = [i for i, v in enumerate(values) if v is not None]
     if method == "hist":
-        order = _hist_chain(faces)
+        order = [read[j] for j in _hist_chain([values[i] for i in read])]
     elif method == "hist-dissim":
-        order = _hist_dissim(faces)
+        order = [read[j] for j in _hist_dissim([values[i] for i in read])]
     elif method == "oneface":
-        order, dropped = _one_face(faces)
-        trash += [faces[i][0] for i in dropped]
+        order, dropped = _one_face(faces, firsts)
+        trash += [(faces[i][0], CROWDED) for i in dropped]
     elif method == "origname":
-        order = sorted(range(len(faces)), key=lambda i: natural_key(str(faces[i][1].get("source_filename", ""))))
+        # (the faces of one frame by their index, in their first names)
+        order = sorted(range(len(faces)), key=lambda i: (natural_key(str(faces[i][1].get("source_filename", ""))),
+                                                         natural_key(firsts[i])))  # fmt: skip
     elif method.startswith("final"):
-        if target < 1:
-            raise BigbatchError(f"--target must be at least 1 face, got {target}")
-        order, dropped = _final(faces, target)
-        trash += [faces[i][0] for i in dropped]
+        yaws, sharp = np.array([yaw(faces[i][1]) for i in read]), np.array([values[i] for i in read], np.float64)
+        kept, dropped = _final(yaws, sharp, target)
+        order = [read[j] for j in kept]
+        trash += [(faces[read[j]][0], PAST) for j in dropped]
     else:
         measure = MEASURES[method]
-        values: list[float | None] = []
-        for path, meta in faces:
-            image = imread(path) if method in NEEDS_PIXELS else None
-            try:
-                values.append(measure(image, meta))
-            except NoFaceData:  # (metadata it cannot measure: found from outside, a traceback) to the trash
-                values.append(None)
-                trash.append(path)
+        if method not in NEEDS_PIXELS:
+            values = []
+            for _, meta in faces:
+                try:
+                    values.append(measure(None, meta))  # type: ignore[arg-type]
+                except NoFaceData:  # (metadata it cannot measure: found from outside, a traceback) to the trash
+                    values.append(None)
+            trash += [(faces[i][0], UNMEASURED) for i, v in enumerate(values) if v is None]
         order = sorted((i for i, v in enumerate(values) if v is not None), key=lambda i: -values[i])  # type: ignore[operator]
-    return [faces[i][0] for i in order], trash
+    marks = {path: (first, _identity(meta)) for (path, meta), first in zip(faces, firsts)}
+    return Sorted([faces[i][0] for i in order], trash, marks)
 
 
-def apply_order(folder: Path, order: list[Path], trash: list[Path]) -> Path | None:
-    """DFL's final step: `trash` moved to FOLDER_trash (beside what an earlier sort put there: DFL empties it
-    first, which loses them), `order` renamed 00000.jpg, ... through temporary names (a name may be another
-    face's). Returns the trash folder if anything went there."""
-    bin_ = None
+def trash_said(moved: list[tuple[str, Why]]) -> str:
+    """What went to the trash, by its name there, and why, for sort's line: '3 files without DeepFaceLab's
+    metadata: a.jpg, b.jpg, c.jpg; 1 face ...'."""
+    by_why: dict[Why, list[str]] = {}
+    for name, why in moved:
+        by_why.setdefault(why, []).append(name)
+    return "; ".join(f"{counted(len(names), why[0])} {why[1]}: {named_few(names)}" for why, names in by_why.items())
+
+
+def apply_order(folder: Path, done: Sorted) -> tuple[Path | None, list[tuple[str, Why]]]:
+    """DFL's final step: what goes to the trash moved to FOLDER_trash under its first name (beside what an earlier
+    sort put there: DFL empties it first, which loses them), the faces renamed 00000.jpg, ... in order through
+    temporary names (a name may be another face's), and their first names recorded (`NAMES`). Returns the trash
+    folder if anything went there, and what went there: its name there, and why."""
+    order, trash, marks = done
+    bin_, moved = None, []
     if trash:
         bin_ = folder.parent / f"{folder.name}_trash"
         if bin_.exists() and not bin_.is_dir():  # (found from outside: "File exists", the fix unsaid)
             raise BigbatchError(f"{bin_} is a file, where sort puts what it leaves out: move it away and sort again")
         bin_.mkdir(exist_ok=True)
-        for path in trash:
-            to, n = bin_ / path.name, 1
+        for path, why in trash:
+            name = Path(marks[path][0] if path in marks else path.name)
+            to, n = bin_ / name.name, 1
             while to.exists():
-                to, n = bin_ / f"{path.stem}.{n}{path.suffix}", n + 1
+                to, n = bin_ / f"{name.stem}.{n}{name.suffix}", n + 1
             shutil.move(str(path), str(to))
+            moved.append((to.name, why))
     staged = []
     for i, path in enumerate(order):
         tmp = folder / f".sort-{os.getpid()}-{i:05d}{path.suffix.lower()}"
         os.replace(path, tmp)
         staged.append(tmp)
-    for i, tmp in enumerate(staged):
+    record = {}
+    for i, (tmp, path) in enumerate(zip(staged, order)):
         os.replace(tmp, folder / f"{i:05d}{tmp.suffix}")
-    return bin_
+        record[f"{i:05d}{tmp.suffix}"] = list(marks[path])
+    _write_record(folder, record)
+    return bin_, moved
 
 
-def sort_folder(folder: str | Path, method: str, target: int | None = None) -> tuple[int, Path | None]:
-    """`bigbatch sort`: sort `folder`'s faces by `method` in place; (faces kept, the trash folder or None)."""
+def _write_record(folder: Path, record: dict[str, list[str]]) -> None:
+    temporary = folder / f"{NAMES}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps(record, indent=0))
+    os.replace(temporary, folder / NAMES)
+
+
+def restore_names(folder: Path) -> int:
+    """`--by restore-names`, DFL's util "recover original filename": each face under the name it had before a sort
+    renamed it (the folder's record), or its own where that holds its frame's stem (extract's name), else DFL's
+    name of it: its frame's stem, then the first index free among its frame's faces. Returns the faces renamed."""
+    if not folder.is_dir():
+        raise BigbatchError(f"{folder} is not a folder of aligned faces")
+    _recover(folder)
+    faces, _ = _faces(folder)
+    if not faces:
+        raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
+    names: list[str | None] = []
+    for (path, meta), first in zip(faces, first_names(folder, faces)):
+        stem = Path(str(meta.get("source_filename", ""))).stem
+        names.append(first if first != path.name or (stem and stem in path.stem) else None)
+    taken: set[str] = set()
+
+    def free(stem: str, suffix: str, index: int, sep: str) -> str:
+        while f"{stem}{sep}{index}{suffix}".lower() in taken:  # (two faces of one name: two folders put together)
+            index += 1
+        taken.add(f"{stem}{sep}{index}{suffix}".lower())
+        return f"{stem}{sep}{index}{suffix}"
+
+    for i, name in enumerate(names):
+        if name is not None and name.lower() in taken:
+            names[i] = free(Path(name).stem, Path(name).suffix, 1, ".")
+        elif name is not None:
+            taken.add(name.lower())
+    for i, ((path, meta), name) in enumerate(zip(faces, names)):
+        if name is None:
+            names[i] = free(Path(str(meta.get("source_filename", "")) or path.name).stem, path.suffix, 0, "_")
+    staged = []
+    for i, (path, _) in enumerate(faces):
+        tmp = folder / f".sort-{os.getpid()}-{i:05d}{path.suffix.lower()}"
+        os.replace(path, tmp)
+        staged.append(tmp)
+    for tmp, name in zip(staged, names):
+        os.replace(tmp, folder / str(name))
+    (folder / NAMES).unlink(missing_ok=True)
+    return sum(path.name != name for (path, _), name in zip(faces, names))
+
+
+def sort_folder(
+    folder: str | Path, method: str, target: int | None = None
+) -> tuple[int, Path | None, list[tuple[str, Why]]]:
+    """`bigbatch sort`: sort `folder`'s faces by `method` in place; (faces kept, the trash folder or None, what went
+    there: its name there, and why)."""
     folder = Path(folder).absolute()  # (found from outside: "." put its trash inside itself, as "_trash")
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces")
     _recover(folder)
-    order, trash = sort_order(folder, method, target)
-    return len(order), apply_order(folder, order, trash)
+    done = sort_order(folder, method, target)
+    return len(done.order), *apply_order(folder, done)
 
 
 def _recover(folder: Path) -> None:

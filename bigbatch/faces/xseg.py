@@ -277,7 +277,8 @@ def said_skipped(skipped: list[tuple[str, str]]) -> str:
     from outside: the others were counted, never named)."""
     first, why = skipped[0]
     also = f"; also {named_few([name for name, _ in skipped[1:]])}" if len(skipped) > 1 else ""
-    return f"{counted(len(skipped), 'file')} left as they were ({first}: {why}{also})"
+    it = "it was" if len(skipped) == 1 else "they were"  # (found from outside: "1 file left as they were")
+    return f"{counted(len(skipped), 'file')} left as {it} ({first}: {why}{also})"
 
 
 def merge_masks(
