@@ -39,11 +39,14 @@ def test_two_videos_faces_stay_apart_after_a_sort_renamed_them_and_get_their_nam
     assert "(2 faces of frames of several faces: b_00002_" in capsys.readouterr().out
     assert main(["sort", str(folder), "--by", "restore-names"]) == 0
     assert names(folder) == first[:3] and "Gave 3 faces of" in capsys.readouterr().out
-    # A face the record does not hold (a face renamed by hand): DFL's name, its frame's stem and a free index.
+    # A face the record does not hold (a face renamed by hand): DFL's name, its frame's stem and a free index, not
+    # that of a file of the folder's that is no face.
     (folder / "a_00001_0.jpg").rename(folder / "mine.jpg")
+    (folder / "00001_0.jpg").write_text("notes")
     assert main(["sort", str(folder), "--by", "restore-names"]) == 0
-    assert names(folder) == ["00001_0.jpg", "a_00002_0.jpg", "b_00001_0.jpg"]
-    assert read_metadata((folder / "00001_0.jpg").read_bytes())["source_filename"] == "00001.png"
+    assert names(folder) == ["00001_0.jpg", "00001_1.jpg", "a_00002_0.jpg", "b_00001_0.jpg"]
+    assert (folder / "00001_0.jpg").read_text() == "notes"
+    assert read_metadata((folder / "00001_1.jpg").read_bytes())["source_filename"] == "00001.png"
     assert main(["sort", str(folder), "--by", "restore-names", "--target", "2"]) == 2
 
 

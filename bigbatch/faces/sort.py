@@ -240,7 +240,8 @@ NAMES = ".bigbatch-names.json"
 def _identity(meta: dict) -> str:
     """What marks a face in its own metadata, which a rename keeps: its frame and its rectangle there."""
     rect = meta.get("source_rect")
-    return json.dumps([str(meta.get("source_filename", "")), [] if rect is None else np.asarray(rect).tolist()])
+    rect = [] if rect is None else np.asarray(rect).tolist()
+    return json.dumps([str(meta.get("source_filename", "")), rect], default=str)  # (bytes in a hostile one: its text)
 
 
 def first_names(folder: Path, faces: list[tuple[Path, dict]]) -> list[str]:
@@ -267,18 +268,27 @@ def first_names(folder: Path, faces: list[tuple[Path, dict]]) -> list[str]:
     return firsts
 
 
-def _each_read(faces: list[tuple[Path, dict]], of: Callable[[np.ndarray, dict], Any]) -> list[Any]:
-    """`of` each face's pixels (BGR) and metadata; None for a face whose file does not decode (found from outside:
-    one cut short stopped the whole sort, where DFL's skips it)."""
-    values = []
-    for path, meta in faces:
+def _each(
+    faces: list[tuple[Path, dict]], of: Callable[[Any, dict], Any], pixels: bool
+) -> tuple[list[Any], dict[int, Why]]:
+    """`of` each face's pixels (BGR; None unless `pixels`) and metadata, None for a face it cannot measure; and why
+    not, by the face's index: its file does not decode (found from outside: one cut short stopped the whole sort,
+    where DFL's skips it), or its metadata is not what the measure reads (found from outside: a traceback)."""
+    values: list[Any] = []
+    whys: dict[int, Why] = {}
+    for i, (path, meta) in enumerate(faces):
         try:
-            image = imread(path)
+            image = imread(path) if pixels else None
         except BigbatchError:
             values.append(None)
+            whys[i] = UNREAD
             continue
-        values.append(of(image, meta))
-    return values
+        try:
+            values.append(of(image, meta))
+        except NoFaceData:
+            values.append(None)
+            whys[i] = UNMEASURED
+    return values, whys
 
 
 class Sorted(NamedTuple):
@@ -307,11 +317,11 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
     trash = [(path, NOT_FACES) for path in other]
     firsts = first_names(folder, faces)
-    if method in ("hist", "hist-dissim") or method.startswith("final") or method in NEEDS_PIXELS:
+    if method in ("hist", "hist-dissim") or method.startswith("final") or method in MEASURES:
         of = {"hist": _histograms, "hist-dissim": _grey_root}.get(method, MEASURES.get(method, _blur))
-        values = _each_read(faces, of)
-        trash += [(faces[i][0], UNREAD) for i, v in enumerate(values) if v is None]
-    else:  # (metadata alone)
+        values, whys = _each(faces, of, pixels=method not in MEASURES or method in NEEDS_PIXELS)
+        trash += [(faces[i][0], why) for i, why in whys.items()]
+    else:  # (oneface, origname: metadata alone)
         values = [0.0] * len(faces)
     read = [i for i, v in enumerate(values) if v is not None]
     if method == "hist":
@@ -331,16 +341,7 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
         order = [read[j] for j in kept]
         trash += [(faces[read[j]][0], PAST) for j in dropped]
     else:
-        measure = MEASURES[method]
-        if method not in NEEDS_PIXELS:
-            values = []
-            for _, meta in faces:
-                try:
-                    values.append(measure(None, meta))  # type: ignore[arg-type]
-                except NoFaceData:  # (metadata it cannot measure: found from outside, a traceback) to the trash
-                    values.append(None)
-            trash += [(faces[i][0], UNMEASURED) for i, v in enumerate(values) if v is None]
-        order = sorted((i for i, v in enumerate(values) if v is not None), key=lambda i: -values[i])  # type: ignore[operator]
+        order = sorted(read, key=lambda i: -values[i])
     marks = {path: (first, _identity(meta)) for (path, meta), first in zip(faces, firsts)}
     return Sorted([faces[i][0] for i in order], trash, marks)
 
@@ -406,7 +407,8 @@ def restore_names(folder: Path) -> int:
     for (path, meta), first in zip(faces, first_names(folder, faces)):
         stem = Path(str(meta.get("source_filename", ""))).stem
         names.append(first if first != path.name or (stem and stem in path.stem) else None)
-    taken: set[str] = set()
+    # (the folder's other files keep their names: none is renamed over)
+    taken = {p.name.lower() for p in folder.iterdir()} - {path.name.lower() for path, _ in faces}
 
     def free(stem: str, suffix: str, index: int, sep: str) -> str:
         while f"{stem}{sep}{index}{suffix}".lower() in taken:  # (two faces of one name: two folders put together)
