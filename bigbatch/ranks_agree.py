@@ -1,14 +1,17 @@
-"""What every rank of a run must agree on as it starts: the config (but where each reads its data), the images,
-and the run folder rank 0 writes."""
+"""What every rank of a run must agree on as it starts: the code (bigbatch's and torch's), the config (but where
+each reads its data), the images, and the run folder rank 0 writes."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import torch
+
 from bigbatch.config import Config
 from bigbatch.engine import dist
 from bigbatch.errors import BigbatchError
+from bigbatch.provenance import code_version
 from bigbatch.resuming import flatten
 
 # What may differ between ranks: where each reads the data (another mount on another node), how it reads it.
@@ -25,9 +28,14 @@ def same_on_every_rank(cfg: Config, content_hash: str, lock: Path) -> None:
     if not dist.active():
         return
     mine = {k: v for k, v in flatten(cfg.to_dict()).items() if k not in PER_RANK and k != "train.device"}
-    ranks = dist.gather((mine, content_hash))
-    first, images = ranks[0]
-    for rank, (theirs, their_images) in enumerate(ranks[1:], 1):
+    code = f"bigbatch {code_version()}, torch {torch.__version__}"
+    ranks = dist.gather((mine, content_hash, code))
+    first, images, codes = ranks[0]
+    for rank, (theirs, their_images, their_code) in enumerate(ranks[1:], 1):
+        if their_code != codes:  # (found from outside: a node's other install trained beside rank 0's, unsaid)
+            raise BigbatchError(
+                f"rank {rank} runs {their_code}, rank 0 {codes}: install the same bigbatch and torch on every node"
+            )
         differ = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
         if differ:
             k = differ[0]

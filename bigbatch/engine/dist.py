@@ -79,10 +79,27 @@ def init(ctx: Context) -> bool:
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise BigbatchError(f"WORLD_SIZE={ctx.world_size} but {name} is not set; start the processes with torchrun")
+    _check_master(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
     with _stoppable(), _said_while_waiting(ctx):
         _join(ctx, "nccl" if ctx.device.type == "cuda" else "gloo")
     _USERS[0] = 1
     return True
+
+
+def _check_master(address: str, port: str) -> None:
+    """MASTER_PORT a port and MASTER_ADDR a name that resolves: what can never meet is one line, at once (found from
+    outside: a port of letters was torch's traceback; a name that resolves nowhere was waited on for 30 minutes)."""
+    import socket
+
+    if not (port.isascii() and port.isdecimal() and 0 < int(port) < 65536):
+        raise BigbatchError(f"MASTER_PORT={port!r} is not a port: give a number from 1 to 65535, as torchrun's")
+    try:
+        socket.getaddrinfo(address, int(port), type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:  # (socket.gaierror: no such name; a name too long for IDNA)
+        raise BigbatchError(
+            f"MASTER_ADDR={address!r} does not resolve ({getattr(e, 'strerror', None) or e}): give rank 0's host "
+            "name or address, as every rank reaches it"
+        ) from None
 
 
 WAIT_SAID_AFTER_S = 30.0  # a group not met by then is said to be waited for (under torchrun, by a machine's first rank)

@@ -127,17 +127,21 @@ class RunHandle:
         self._stop = threading.Event()
         self._result: RunResult | None = None
         self._error: BaseException | None = None
+        self._stopped_by_signal = False  # (of the last attempt: found from outside, a rank's stop before a restart
+        # made a run trained to its end "stopped")
+
+        def attempt() -> list[RankResult]:
+            self._stopped_by_signal = False
+            return self._ended(session(self._receive, self._stop))
 
         def main() -> None:
             try:
-                status, message, ranks = with_restarts(
-                    lambda: self._ended(session(self._receive, self._stop)), restarts, self._say, self._stop.is_set
-                )
+                status, message, ranks = with_restarts(attempt, restarts, self._say, self._stop.is_set)
                 # A stop asked for that came before a rank could save (its start-up: nothing trained, nothing lost;
                 # found from outside, raised as a failure) is the result asked for, its status saying so.
                 if status != 0 and not (self._stop.is_set() and status in (130, 143)):
                     self._error = BigbatchError(message or f"the run ended with exit status {status}")
-                stopped = status in (130, 143) or any(line.startswith(STOPPED_BY_SIGNAL) for line in self._lines)
+                stopped = status in (130, 143) or self._stopped_by_signal
                 self._result = RunResult(run_dir, status, list(self.rows), ranks, stopped)
             except BaseException as e:  # noqa: BLE001 - given to whoever asks for the result
                 self._error = e
@@ -209,6 +213,7 @@ class RunHandle:
             for kind, payload in items:
                 if kind in ("out", "err"):
                     self._lines.append(payload.rstrip("\n"))
+                    self._stopped_by_signal |= payload.startswith(STOPPED_BY_SIGNAL)
                     if self.echo:
                         print(payload, end="", file=sys.stdout if kind == "out" else sys.stderr, flush=True)
                 elif kind == "reset":

@@ -1,0 +1,27 @@
+"""A launched run's result (bigbatch.launch's handles): stopped only where its last launch stopped."""
+
+from bigbatch.errors import STOPPED_BY_SIGNAL
+from bigbatch.launch import RankResult
+from bigbatch.launch.handle import RunHandle
+
+
+def test_a_run_restarted_after_a_rank_stopped_and_then_trained_to_its_end_is_not_stopped():
+    # Found from outside: a lost Dask worker's rank saved and stopped, the handle restarted every rank, the run
+    # trained to train.kimg, and its result said stopped=True (a "resume while stopped" loop trains it again).
+    launches = iter(
+        [
+            ([f"{STOPPED_BY_SIGNAL}; saved runs/x/checkpoints/000002.368\n"], [(0, -15, True), (1, -9, False)]),
+            (["Done: runs/x (6.400 kimg)\n"], [(0, 0, False), (1, 0, False)]),
+        ]
+    )
+
+    def session(sink, stop):
+        lines, ranks = next(launches)
+        sink([("out", line) for line in lines])
+        return [RankResult(rank, f"tcp://h:{rank}", rc, "", 0.0, stopped) for rank, rc, stopped in ranks]
+
+    done = RunHandle("runs/x", session, restarts=1).result(timeout=30)
+    assert done.status == 0 and not done.stopped
+    # A launch that stopped as its last is stopped.
+    launches = iter([([f"{STOPPED_BY_SIGNAL}; saved runs/x/checkpoints/000002.368\n"], [(0, 0, True), (1, 0, True)])])
+    assert RunHandle("runs/x", session).result(timeout=30).stopped
