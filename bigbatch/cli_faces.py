@@ -207,15 +207,17 @@ def _sort(args: argparse.Namespace) -> None:
     if args.by == "restore-names":
         if args.target is not None:
             raise BigbatchError("--target is the number of faces `--by final` keeps; restore-names renames them all")
-        print(f"Gave {counted(restore_names(Path(args.folder).absolute()), 'face')} of {args.folder} their names back")
+        restored, dfl = restore_names(Path(args.folder).absolute())
+        also = f"; {counted(dfl, 'face')} it did not hold, DFL's name of it (FRAME_INDEX.jpg)" if dfl else ""
+        print(f"Gave {counted(restored, 'face')} of {args.folder} the name sort's record held{also}")
         return
     kept, bin_, moved = sort_folder(args.folder, args.by, args.target)
     said = f" ({trash_said(moved)})" if moved else ""  # (found from outside: which files, and why, unsaid)
     if not kept:  # (found from outside: "Sorted 0 faces ...: 00000.jpg on" of a folder left empty)
         print(f"Sorted {args.folder} by {args.by}: no face kept{f'; all moved to {bin_}{said}' if bin_ else ''}")
         return
-    moved = f"; the rest moved to {bin_}{said}" if bin_ else ""
-    print(f"Sorted {counted(kept, 'face')} of {args.folder} by {args.by}: 00000.jpg on{moved}")
+    rest = f"; the rest moved to {bin_}{said}" if bin_ else ""
+    print(f"Sorted {counted(kept, 'face')} of {args.folder} by {args.by}: 00000.jpg on{rest}")
 
 
 def _xseg(args: argparse.Namespace) -> None:

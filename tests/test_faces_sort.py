@@ -22,7 +22,8 @@ from bigbatch.cli import main  # noqa: E402
 from bigbatch.data import align  # noqa: E402
 from bigbatch.data.dfl_faces import read_metadata, write_metadata  # noqa: E402
 from bigbatch.faces.extract import Extractor, Settings  # noqa: E402
-from bigbatch.faces.sort import NAMES, pitch, yaw  # noqa: E402
+from bigbatch.faces.sort import pitch, yaw  # noqa: E402
+from bigbatch.faces.sort_names import NAMES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

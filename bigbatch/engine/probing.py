@@ -63,8 +63,8 @@ def fit(
             raise _OneImage from None
 
     try:
-        with torch.random.fork_rng(devices=cuda), _said_over(rep, plain, resident, optimizers):  # (the probes' draws:
-            try:  # their own)
+        with torch.random.fork_rng(devices=cuda), _said_over(rep, plain, resident, optimizers):  # (the probes' torch
+            try:  # draws: their own; NumPy's and Python's, seeded again before each micro-batch that trains)
                 micro, probes = memory.fit_micro_batch(fresh, sizes, rep.device, budget, baseline, dist.agree)
             except _OneImage:  # (a BatchNorm1d over one image: 1 is no micro-batch of this model)
                 if not sizes[1:]:

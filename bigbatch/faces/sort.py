@@ -34,8 +34,8 @@ Methods, each DFL's (mainscripts/Sorter.py):
 
 from __future__ import annotations
 
-import json
-import os
+import itertools
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -47,9 +47,11 @@ import numpy as np
 from bigbatch.data.dfl_faces import LANDMARK_RANGE, NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
 from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.faces.image_file import imread
+from bigbatch.faces.sort_names import NAMES, first_names, plain_name, read_record, recover, renamed, write_record
 from bigbatch.faces.video import natural_key
 
 SUFFIXES = (".jpg", ".jpeg")
+SORTED_NAME = re.compile(r"\d{5,}|sorted_\d{5,}")  # (the names a sort gives, and a killed one's faces')
 YAW_BINS = 128
 
 
@@ -232,40 +234,6 @@ UNMEASURED = ("face", "whose metadata it cannot measure")
 CROWDED = ("face", "of frames of several faces")
 PAST = ("face", "past the target")
 Why = tuple[str, str]  # (what it is, counted; and why it went)
-# Each sorted face's name before the folder's first sort, beside its identity (`_identity`): what `oneface` and
-# `restore-names` read. (Not ".sort-*": a killed sort's temporary names.)
-NAMES = ".bigbatch-names.json"
-
-
-def _identity(meta: dict) -> str:
-    """What marks a face in its own metadata, which a rename keeps: its frame and its rectangle there."""
-    rect = meta.get("source_rect")
-    rect = [] if rect is None else np.asarray(rect).tolist()
-    return json.dumps([str(meta.get("source_filename", "")), rect], default=str)  # (bytes in a hostile one: its text)
-
-
-def first_names(folder: Path, faces: list[tuple[Path, dict]]) -> list[str]:
-    """Each face's name before a sort first renamed it: the folder's record where it holds the face under its name
-    (a sort killed between its renames and its record leaves entries of other faces there: their own names then),
-    else its own."""
-    try:
-        record = json.loads((folder / NAMES).read_text())
-    except (OSError, ValueError):
-        record = {}
-    record = record if isinstance(record, dict) else {}
-    firsts = []
-    for path, meta in faces:
-        entry = record.get(path.name)
-        good = isinstance(entry, list) and len(entry) == 2 and entry[1] == _identity(meta)
-        name = entry[0] if good else None  # (a plain name of a face file in the folder, nothing else: it is renamed to)
-        plain = (
-            isinstance(name, str)
-            and Path(name).name == name
-            and not name.startswith(".")
-            and name.lower().endswith(SUFFIXES)
-        )
-        firsts.append(name if plain else path.name)
-    return firsts
 
 
 def _each(
@@ -292,12 +260,12 @@ def _each(
 
 
 class Sorted(NamedTuple):
-    """A sort's result: the faces in order, what goes to the trash with why (`NOT_FACES`, ...), and each face's first
-    name and identity (`first_names`, `_identity`), which its record keeps."""
+    """A sort's result: the faces in order, what goes to the trash with why (`NOT_FACES`, ...), and each face's
+    metadata and first name (sort_names), which the folder's record keeps."""
 
     order: list[Path]
     trash: list[tuple[Path, Why]]
-    marks: dict[Path, tuple[str, str]]
+    marks: dict[Path, tuple[dict, str]]
 
 
 def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
@@ -316,7 +284,7 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
     if not faces:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
     trash = [(path, NOT_FACES) for path in other]
-    firsts = first_names(folder, faces)
+    firsts = first_names(read_record(folder), faces)
     if method in ("hist", "hist-dissim") or method.startswith("final") or method in MEASURES:
         of = {"hist": _histograms, "hist-dissim": _grey_root}.get(method, MEASURES.get(method, _blur))
         values, whys = _each(faces, of, pixels=method not in MEASURES or method in NEEDS_PIXELS)
@@ -342,7 +310,7 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
         trash += [(faces[read[j]][0], PAST) for j in dropped]
     else:
         order = sorted(read, key=lambda i: -values[i])
-    marks = {path: (first, _identity(meta)) for (path, meta), first in zip(faces, firsts)}
+    marks = {path: (meta, first) for (path, meta), first in zip(faces, firsts)}
     return Sorted([faces[i][0] for i in order], trash, marks)
 
 
@@ -357,9 +325,9 @@ def trash_said(moved: list[tuple[str, Why]]) -> str:
 
 def apply_order(folder: Path, done: Sorted) -> tuple[Path | None, list[tuple[str, Why]]]:
     """DFL's final step: what goes to the trash moved to FOLDER_trash under its first name (beside what an earlier
-    sort put there: DFL empties it first, which loses them), the faces renamed 00000.jpg, ... in order through
-    temporary names (a name may be another face's), and their first names recorded (`NAMES`). Returns the trash
-    folder if anything went there, and what went there: its name there, and why."""
+    sort put there: DFL empties it first, which loses them), the faces' first names recorded (sort_names), then
+    the faces renamed 00000.jpg, ... in order. Returns the trash folder if anything went there, and what went
+    there: its name there, and why."""
     order, trash, marks = done
     bin_, moved = None, []
     if trash:
@@ -368,71 +336,59 @@ def apply_order(folder: Path, done: Sorted) -> tuple[Path | None, list[tuple[str
             raise BigbatchError(f"{bin_} is a file, where sort puts what it leaves out: move it away and sort again")
         bin_.mkdir(exist_ok=True)
         for path, why in trash:
-            name = Path(marks[path][0] if path in marks else path.name)
+            name = Path(marks[path][1] if path in marks else path.name)
             to, n = bin_ / name.name, 1
             while to.exists():
                 to, n = bin_ / f"{name.stem}.{n}{name.suffix}", n + 1
             shutil.move(str(path), str(to))
             moved.append((to.name, why))
-    staged = []
-    for i, path in enumerate(order):
-        tmp = folder / f".sort-{os.getpid()}-{i:05d}{path.suffix.lower()}"
-        os.replace(path, tmp)
-        staged.append(tmp)
-    record = {}
-    for i, (tmp, path) in enumerate(zip(staged, order)):
-        os.replace(tmp, folder / f"{i:05d}{tmp.suffix}")
-        record[f"{i:05d}{tmp.suffix}"] = list(marks[path])
-    _write_record(folder, record)
+    names = [f"{i:05d}{path.suffix.lower()}" for i, path in enumerate(order)]
+    write_record(
+        folder, read_record(folder), [(marks[path][0], name, marks[path][1]) for path, name in zip(order, names)]
+    )
+    renamed(folder, list(zip(order, names)))
     return bin_, moved
 
 
-def _write_record(folder: Path, record: dict[str, list[str]]) -> None:
-    temporary = folder / f"{NAMES}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps(record, indent=0))
-    os.replace(temporary, folder / NAMES)
-
-
-def restore_names(folder: Path) -> int:
-    """`--by restore-names`, DFL's util "recover original filename": each face under the name it had before a sort
-    renamed it (the folder's record), or its own where that holds its frame's stem (extract's name), else DFL's
-    name of it: its frame's stem, then the first index free among its frame's faces. Returns the faces renamed."""
+def restore_names(folder: Path) -> tuple[int, int]:
+    """`--by restore-names`, DFL's util "recover original filename": each face the folder's record holds under its
+    first name (sort_names); one it does not hold and whose name is a sort's (00000.jpg) under DFL's name of it,
+    its frame's stem and the first index free among its frame's faces (one whose frame's name is no file name's
+    keeps its own). Only the faces whose names change are renamed; the record goes once all are. Returns (faces
+    given their first names back, faces given DFL's)."""
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces")
-    _recover(folder)
+    recover(folder)
     faces, _ = _faces(folder)
     if not faces:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
-    names: list[str | None] = []
-    for (path, meta), first in zip(faces, first_names(folder, faces)):
-        stem = Path(str(meta.get("source_filename", ""))).stem
-        names.append(first if first != path.name or (stem and stem in path.stem) else None)
+    record = read_record(folder)
+    firsts = first_names(record, faces)
     # (the folder's other files keep their names: none is renamed over)
     taken = {p.name.lower() for p in folder.iterdir()} - {path.name.lower() for path, _ in faces}
-
-    def free(stem: str, suffix: str, index: int, sep: str) -> str:
-        while f"{stem}{sep}{index}{suffix}".lower() in taken:  # (two faces of one name: two folders put together)
-            index += 1
-        taken.add(f"{stem}{sep}{index}{suffix}".lower())
-        return f"{stem}{sep}{index}{suffix}"
-
-    for i, name in enumerate(names):
-        if name is not None and name.lower() in taken:
-            names[i] = free(Path(name).stem, Path(name).suffix, 1, ".")
-        elif name is not None:
+    names: list[str | None] = []
+    for (path, _), first in zip(faces, firsts):
+        name = first if first != path.name or not SORTED_NAME.fullmatch(path.stem) else None
+        if name is not None and name.lower() in taken:  # (two faces of one name: two folders put together)
+            name = next(f"{Path(name).stem}.{n}{Path(name).suffix}" for n in itertools.count(1)
+                        if f"{Path(name).stem}.{n}{Path(name).suffix}".lower() not in taken)  # fmt: skip
+        if name is not None:
             taken.add(name.lower())
+        names.append(name)
+    dfl = 0
     for i, ((path, meta), name) in enumerate(zip(faces, names)):
         if name is None:
-            names[i] = free(Path(str(meta.get("source_filename", "")) or path.name).stem, path.suffix, 0, "_")
-    staged = []
-    for i, (path, _) in enumerate(faces):
-        tmp = folder / f".sort-{os.getpid()}-{i:05d}{path.suffix.lower()}"
-        os.replace(path, tmp)
-        staged.append(tmp)
-    for tmp, name in zip(staged, names):
-        os.replace(tmp, folder / str(name))
+            stem = Path(str(meta.get("source_filename", ""))).stem
+            made = (f"{stem}_{n}{path.suffix}" for n in itertools.count())
+            name = next(m for m in made if m.lower() not in taken)
+            name = name if plain_name(name) and stem else path.name
+            dfl += name != path.name
+            taken.add(name.lower())
+            names[i] = name
+    moves = [(path, str(name)) for (path, _), name in zip(faces, names) if name != path.name]
+    renamed(folder, moves)
     (folder / NAMES).unlink(missing_ok=True)
-    return sum(path.name != name for (path, _), name in zip(faces, names))
+    return len(moves) - dfl, dfl
 
 
 def sort_folder(
@@ -443,18 +399,6 @@ def sort_folder(
     folder = Path(folder).absolute()  # (found from outside: "." put its trash inside itself, as "_trash")
     if not folder.is_dir():
         raise BigbatchError(f"{folder} is not a folder of aligned faces")
-    _recover(folder)
+    recover(folder)
     done = sort_order(folder, method, target)
     return len(done.order), *apply_order(folder, done)
-
-
-def _recover(folder: Path) -> None:
-    """Faces a killed sort left under their temporary names get names of their own again (after the others)."""
-    left = sorted(folder.glob(".sort-*"), key=natural_key)
-    taken = {p.name for p in folder.iterdir()}
-    n = 0
-    for path in left:
-        while f"sorted_{n:05d}{path.suffix}" in taken:
-            n += 1
-        os.replace(path, folder / f"sorted_{n:05d}{path.suffix}")
-        n += 1

@@ -341,7 +341,8 @@ def build_task(
     (the caller's global RNG is left as it was), prepared by `rep`, optimizers registered. `run`
     (the run directory) and `resumed_at` (images seen at the checkpoint resumed) let its scorer pick up
     the run's best checkpoint; without `run` nothing is scored. From then on, each micro-batch of a training step
-    seeds torch's global generators (`seed_micro_batches`): its callers put theirs back after (`global_rngs_kept`)."""
+    seeds the global generators, torch's, NumPy's and Python's (`seed_micro_batches`): its callers put theirs back
+    after (`global_rngs_kept`)."""
     builder = _builder(cfg.task)
     if resumed_at is None:
         check_new_run(cfg)
