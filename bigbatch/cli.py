@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import gc
 import importlib
-import math
 import os
 import re
 import shlex
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import bigbatch
 from bigbatch import cli_errors, cli_tools, signals, user_modules
-from bigbatch.cli_checks import build_on_meta, check_data, check_launched, dry_resume
+from bigbatch.cli_checks import build_on_meta, check_data, check_launch_counts, check_launched, dry_resume
 from bigbatch.cli_errors import one_line_warnings, os_error_line, refuse_url_paths, runtime_error_line, say_error
 from bigbatch.cli_eval import DEFAULT_METRICS, EVAL_A, EVAL_B, add_scoring_options, run_eval, values
 from bigbatch.cli_faces import add_face_commands
@@ -175,10 +174,7 @@ def _launch(args: argparse.Namespace) -> int:
     from bigbatch.launch import APART, absolute_run_dir, apart, bind_apart, report, with_restarts
 
     command = absolute_run_dir(args.launched[1:] if args.launched[:1] == ["--"] else args.launched)
-    if not 0 <= args.grace < math.inf:  # (found from outside: nan taken, and no rank would ever be killed)
-        raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
-    if args.restarts < 0:
-        raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
+    check_launch_counts(args)
     known = next(a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     check_launched(command, list(known), parse_args, args.local > 0)  # (said here, before a cluster starts it)
     if args.restarts and "--resume=auto" not in command:

@@ -4,6 +4,7 @@ device), and what `bigbatch launch` would start on every rank."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -174,6 +175,21 @@ def build_on_meta(cfg: Any, warns: bool = True, data: dict | None = None) -> int
 
 
 LAUNCHED = ("train", "eval")  # the commands whose ranks work together (eval: each extracts its share of features)
+
+
+def check_launch_counts(args: argparse.Namespace) -> None:
+    """`bigbatch launch`'s numbers, checked before a cluster starts (found from outside: --nprocs 0 was said once a
+    cluster had started, 13 s on, as "the cluster has 2 workers")."""
+    if not 0 <= args.grace < math.inf:  # (found from outside: nan taken, and no rank would ever be killed)
+        raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
+    if args.restarts < 0:
+        raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
+    if args.local < 0:
+        raise BigbatchError(f"--local must be a number of worker processes, 1 or more, got {args.local}")
+    if args.nprocs is not None and args.nprocs < 1:
+        raise BigbatchError(f"--nprocs must be a number of ranks, 1 or more, got {args.nprocs}")
+    if args.nprocs and args.local and args.nprocs > args.local:
+        raise BigbatchError(f"--nprocs {args.nprocs} is more than the {args.local} processes --local starts")
 
 
 def check_launched(

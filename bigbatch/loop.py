@@ -125,6 +125,14 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
             )
         raise Stopped(run.path, "nothing trained since the start: the same call starts it again") from None
     nimg, seconds = run.restore(task, rep) if run.checkpoint else (0, 0.0)
+    if differ := dist.ranks_differing(task.nets()):  # (found from outside: a rank given another train.init_from
+        # trained on, to be refused at the first checkpoint as a failing device, all of it lost)
+        start = f"the checkpoint {run.checkpoint}" if run.checkpoint else f"train.init_from {cfg.train.init_from}"
+        start = start if run.checkpoint or cfg.train.init_from else "train.seed's initialisation"
+        raise BigbatchError(
+            f"rank {', '.join(map(str, differ))} starts from other weights than rank 0 (this rank's: of {start}): give "
+            "every rank the same files (a path of each node's own must hold the same weights)"
+        )
     if run.resumed and run.checkpoint is None and main:  # a run stopped before its first checkpoint: anew
         truncate_metrics(run.path / "metrics.jsonl", 0)
     if rep.micro_batch_pending:  # micro_batch "auto", not settled by the checkpoint resumed

@@ -37,3 +37,38 @@ def test_a_master_that_can_never_be_met_is_one_line_at_once(monkeypatch, tmp_pat
         monkeypatch.setenv(name, value)
     assert main(["train", "--run-dir", str(tmp_path / "run"), "train.device=cpu", "train.kimg=0.032"]) == 2
     assert said in capsys.readouterr().err
+
+
+def _rank_of_its_own_start(rank, world, init_file, out, cfg, starts):
+    import os
+
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="1")  # (the group is made here; Replicator finds it)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        bigbatch.train(cfg.override({"train.init_from": starts[rank]}), run_dir=out / "run", quiet=True)
+    except bigbatch.BigbatchError as e:
+        (out / f"rank{rank}.txt").write_text(str(e))
+
+
+def test_ranks_given_other_weights_to_start_from_stop_before_training(tiny, tmp_path):
+    # Found from outside: a rank given another train.init_from (a path of each node's own) trained beside rank 0,
+    # to be refused at the first checkpoint as "a nondeterministic kernel or a failing device", all of it lost.
+    import torch
+
+    short = tiny.override({"train.kimg": 0.032, "checkpoint.every_kimg": 0.032})
+    starts = [
+        str(bigbatch.train(short.override({"train.seed": s}), run_dir=tmp_path / f"s{s}", quiet=True)) for s in (1, 2)
+    ]
+    torch.multiprocessing.start_processes(
+        _rank_of_its_own_start, (2, str(tmp_path / "init"), tmp_path, short, starts), 2, join=True, start_method="fork"
+    )
+    for r in (0, 1):  # (each rank names its own start)
+        assert (tmp_path / f"rank{r}.txt").read_text() == (
+            f"rank 1 starts from other weights than rank 0 (this rank's: of train.init_from {starts[r]}): give every "
+            "rank the same files (a path of each node's own must hold the same weights)"
+        )
+    assert not (tmp_path / "run" / "checkpoints").exists()
