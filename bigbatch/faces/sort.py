@@ -47,10 +47,18 @@ import numpy as np
 from bigbatch.data.dfl_faces import LANDMARK_RANGE, NoFaceData, face_yaw, hull_mask, landmarks_of, read_metadata
 from bigbatch.errors import BigbatchError, counted, named_few, warn
 from bigbatch.faces.image_file import imread
-from bigbatch.faces.sort_names import NAMES, first_names, plain_name, read_record, recover, renamed, write_record
+from bigbatch.faces.sort_names import (
+    NAMES,
+    SUFFIXES,
+    first_names,
+    plain_name,
+    read_record,
+    recover,
+    renamed,
+    write_record,
+)
 from bigbatch.faces.video import natural_key
 
-SUFFIXES = (".jpg", ".jpeg")
 SORTED_NAME = re.compile(r"\d{5,}|sorted_\d{5,}")  # (the names a sort gives, and a killed one's faces')
 YAW_BINS = 128
 
@@ -292,6 +300,9 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
     else:  # (oneface, origname: metadata alone)
         values = [0.0] * len(faces)
     read = [i for i, v in enumerate(values) if v is not None]
+    if not read:  # (nothing moved: a folder none of whose faces decodes is no sort's to empty)
+        path, why = trash[-1]
+        raise BigbatchError(f"no face of the {len(faces)} in {folder} could be measured ({path.name}: a face {why[1]})")
     if method == "hist":
         order = [read[j] for j in _hist_chain([values[i] for i in read])]
     elif method == "hist-dissim":
