@@ -502,8 +502,10 @@ from bigbatch.presets_classify import (  # noqa: E402
     fashion_resnet,
     fashion_resnet_fast,
     finetune_resnet50,
+    imagenet_resnet18_ffcv,
     imagenet_resnet50,
     imagenet_resnet50_fast,
+    imagenet_resnet50_ffcv,
 )
 from bigbatch.presets_swap import saehd128, saehd512_df_ud, saehd_cpu, xseg  # noqa: E402
 
@@ -513,6 +515,8 @@ for _fn in (
     imagenet_resnet50_fast,
     imagenet_resnet50,
     finetune_resnet50,
+    imagenet_resnet50_ffcv,
+    imagenet_resnet18_ffcv,
     saehd128,
     saehd512_df_ud,
     saehd_cpu,

@@ -47,3 +47,20 @@ def test_eval_tta_scores_the_held_out_split_with_the_mirror_images_as_eval_does(
     assert plain["loss"] != pytest.approx(tta["loss"])
     assert main(["train", "--dry-run", "eval.tta=true"]) == 2  # (a GAN's)
     assert "config key 'eval.tta' averages a classifier's predictions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["imagenet_resnet50_ffcv", "imagenet_resnet18_ffcv"])
+def test_ffcvs_imagenet_recipes_ramp_160_to_192_as_its_configs_and_validate_at_256_with_tta(name, capsys):
+    # Found from outside: an FFCV user found BlurPool and TTA, but not its recipe: its rn50/rn18 configs' ramp, rate
+    # and validation. Its ramp from 160 to 192 px in steps of 32, rounded as NumPy rounds, is one step at its middle.
+    from bigbatch.presets_classify import IMAGENET, ffcv_resolutions
+
+    cfg = bigbatch.preset(name)
+    epoch = IMAGENET / 1000
+    assert [(round(p["kimg"] / epoch), p["resolution"]) for p in cfg.data.schedule] == [(0, 160), (71, 192)]
+    assert [(round(p["kimg"] / epoch), p["resolution"]) for p in ffcv_resolutions(16, 11, 13)] == [(0, 160), (12, 192)]
+    assert cfg.eval.resolution == 256 and cfg.eval.tta and cfg.model.options["blurpool"]
+    assert cfg.train.kimg == pytest.approx(88 * epoch) and cfg.train.warmup_kimg == pytest.approx(2 * epoch)
+    assert cfg.train.warmup_lr == pytest.approx(cfg.train.lr * 1e-4) and cfg.train.lr_decay == "linear"
+    assert main(["train", "--preset", name, "--dry-run"]) == 0
+    assert "160px batch" in (said := capsys.readouterr().out) and "then 192px batch" in said
