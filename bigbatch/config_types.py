@@ -158,7 +158,23 @@ THEIR_NAMES = {
         "logistic": ("StyleGAN2's", "ns"),
         "least_square": ("StudioGAN's", "ls"),
         "wasserstein": ("StudioGAN's", "wgan"),
-    }
+    },
+    # DFL's face types by their names, as extract --face-type takes them, and its lr_dropout's y/n/cpu (found from
+    # outside: refused with the list alone)
+    **dict.fromkeys(
+        ("swap.face_type", "xseg.face_type"),
+        {
+            "half_face": ("DFL's", "h"),
+            "midfull_face": ("DFL's", "mf"),
+            "full_face": ("DFL's", "f"),
+            "full": ("DFL's", "f"),
+            "whole_face": ("DFL's", "wf"),
+        },
+    ),
+    **dict.fromkeys(
+        ("swap.lr_dropout", "xseg.lr_dropout"),
+        {"y": ("DFL's", True), "n": ("DFL's", False), "cpu": ("DFL's", True)},
+    ),
 }
 ELSEWHERE = {
     "swap.clipgrad": " (DFL's clipgrad is train.grad_clip = 1.0 here)",
@@ -211,7 +227,8 @@ class Section:
                 if not hint and describe(tp) == "a string" and isinstance(value, (int, float)):  # (found from outside:
                     hint = f" (quoted for TOML: {key}='\"{toml_text(value)}\"')"  # name=2024, with no way out said)
                 if not hint and isinstance(value, str) and (theirs := THEIR_NAMES.get(key, {}).get(value.lower())):
-                    hint = f" ({theirs[0]} {value!r} is {theirs[1]!r} here)"
+                    here = toml_text(theirs[1]) if isinstance(theirs[1], bool) else repr(theirs[1])  # (true: TOML's)
+                    hint = f" ({theirs[0]} {value!r} is {here} here)"
                 if not hint and typing.get_origin(tp) is list and isinstance(value, str) and "," in value:
                     hint = f" in brackets ({key}=[{value}])"  # (found from outside: "a list of a number, got '30,60'")
                 shown = toml_text(value)  # (as TOML writes it: found from outside, "got True" of train.seed=true)

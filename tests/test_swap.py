@@ -363,6 +363,8 @@ def test_export_convert_and_swap_round_trip(faces, tmp_path, capsys):
         ({"swap.use_fp16": True}, 'train.precision = "fp16"'),
         ({"swap.target_iter": 100_000}, "DFL's target_iter is the run's length: train.kimg"),  # (found from outside:
         ({"swap.autobackup_hour": 1}, "checkpoints come every checkpoint.every_kimg"),  # an unknown key, no pointer)
+        ({"swap.face_type": "whole_face"}, "DFL's 'whole_face' is 'wf' here"),  # (found from outside: the list alone)
+        ({"swap.lr_dropout": "y"}, "DFL's 'y' is true here"),
     ],
 )
 def test_config_mistakes_are_named(faces, over, words):

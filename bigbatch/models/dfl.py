@@ -20,7 +20,7 @@ from torch import nn
 
 from bigbatch import safe_pickle
 from bigbatch.engine.memory import default_budget, format_bytes, state_bytes
-from bigbatch.errors import BigbatchError
+from bigbatch.errors import BigbatchError, counted
 from bigbatch.files import atomic_write
 
 
@@ -99,7 +99,7 @@ def import_part(module: nn.Module, weights: dict[str, np.ndarray], what: str) ->
     missing = sorted(set(expected) - set(weights))
     if missing:
         raise BigbatchError(
-            f"{what} lacks {len(missing)} weights of this model, e.g. {missing[0]!r}: it was trained with "
+            f"{what} lacks {counted(len(missing), 'weight')} of this model, e.g. {missing[0]!r}: it was trained with "
             "another archi or other dimensions"
         )
     loaded = {}
