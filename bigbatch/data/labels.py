@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import unicodedata
 from dataclasses import replace
 from pathlib import PurePosixPath
@@ -17,9 +18,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from bigbatch.data.sources import Listing
+from bigbatch.data.listing import by_ending
+from bigbatch.data.sources import Listing, list_source
 from bigbatch.errors import BigbatchError
-from bigbatch.urls import is_url, public_name
+from bigbatch.urls import Location, is_url, public_name
 
 
 def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dict[str, str]:
@@ -229,3 +231,43 @@ def class_list(path: str, storage_options: dict[str, Any] | None) -> list[str]:
         why = f"names {twice!r} twice" if twice is not None else "holds no class names"
         raise BigbatchError(f"--classes {public_name(path)} {why}: give one class name a line, each once")
     return names
+
+
+ADA_LABELS = "dataset.json"  # StyleGAN2-ADA's dataset_tool.py: its labels, beside shard folders of 1,000 images
+
+
+def ada_dataset(
+    listing: Listing, source: Location, storage_options: dict[str, Any] | None
+) -> tuple[Listing, list[tuple[str, str]]] | None:
+    """A StyleGAN2-ADA data set (a zip or folder dataset_tool.py wrote: `dataset.json` at the top, left out of
+    `listing` by its ending; the images in folders of 1,000, which are no classes): its images, listed again
+    whole, labelled as `dataset.json` gives them (`{"labels": [[name, class index], ...]}`, classes named by
+    their indices, "0" on), or all of class 0 where it gives none (`null`: unconditional), and the images it
+    does not label, with why; None for any other source (found from outside: its shard folders were classes,
+    its labels dropped)."""
+    if listing.indexed or ADA_LABELS not in listing.left_out:
+        return None
+    flat = list_source(source, storage_options, classes=False)
+    at = next((i for i, name in enumerate(flat.names) if name == ADA_LABELS), None)
+    if at is None:
+        return None
+    raw = flat.source.read([flat.keys[at]])[0]
+    try:
+        table = json.loads(raw).get("labels") if isinstance(raw, bytes) else raw
+    except (ValueError, AttributeError):
+        table = raw
+    keep = [i for i in range(len(flat.names)) if i != at]
+    images = replace(
+        flat, keys=[flat.keys[i] for i in keep], names=[flat.names[i] for i in keep], labels=flat.labels[keep]
+    )
+    if table is None:
+        return by_ending(images, source.name), []
+    rows = table if isinstance(table, list) else []
+    if not rows or not all(isinstance(r, list) and len(r) == 2 and isinstance(r[1], int) and r[1] >= 0 for r in rows):
+        raise BigbatchError(
+            f'{ADA_LABELS} of the source is not StyleGAN2-ADA\'s labels ({{"labels": [[file, class index], ...]}} '
+            "or null): mend it, or give --labels FILE.csv"
+        )
+    names = [str(c) for c in range(max(r[1] for r in rows) + 1)]
+    labelled, unlabelled, _ = relabel(images, {str(r[0]): str(r[1]) for r in rows}, names, ADA_LABELS)
+    return by_ending(labelled, source.name), unlabelled

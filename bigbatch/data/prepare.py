@@ -15,6 +15,7 @@ import numpy as np
 
 from bigbatch.config_types import MAX_PROCESSES, MAX_RESOLUTION
 from bigbatch.data import codecs
+from bigbatch.data import labels as labelling
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
 from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
@@ -281,7 +282,12 @@ def _listed(
             more = f" (and {len(listing.skipped) - 1} more)" if len(listing.skipped) > 1 else ""
             raise BigbatchError(f"source {source.name} holds no file to take: {name}: {why}{more}")
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
-    if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
+    ada = None if labels or face_set else labelling.ada_dataset(listing, source, storage_options)
+    if ada is not None:  # (StyleGAN2-ADA's dataset_tool.py's: its dataset.json's labels, its folders no classes)
+        listing = ada[0]
+        for name, reason in ada[1]:
+            _skip(skipped, name, reason, settings.strict)
+    elif labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
     elif classes and listing.indexed:  # WebDataset's class indices, named as the training file's
         listing = name_indices(listing, training_classes(classes, storage_options), classes)
