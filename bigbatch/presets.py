@@ -429,9 +429,10 @@ def stylegan2_cifar() -> Config:
 
     Its numbers: batch 64 on 2 GPUs (32 each, one minibatch-statistic group of 32), fmaps 1 (512 channels
     at every resolution here), a 2-layer mapping network in G (8 in D's class mapping), D without residual
-    skips ("orig"), lr 0.0025, R1 gamma 0.01, no style mixing and no path length regularization, EMA
-    half-life 500 kimg ramped up as 5% of the images seen, 100,000 kimg; x-flips off. Parameters: G
-    20,215,315 and D 23,089,664, ADA's own networks' counts at these settings (tests/test_models.py).
+    skips ("orig"), lr 0.0025 (G's 0.002 here: ADA builds G's Adam at lr x 4/5 for a path-length step every 4,
+    which cifar never takes, its pl_weight 0: found from outside), R1 gamma 0.01, no style mixing and no path
+    length regularization, EMA half-life 500 kimg ramped up as 5% of the images seen, 100,000 kimg; x-flips off.
+    Parameters: G 20,215,315 and D 23,089,664, ADA's own networks' counts at these settings (tests/test_models.py).
     Data: `bigbatch prepare CIFAR10_FOLDER data/cifar10.h5`.
     In fp32, as ADA's --fp32=1 (its default runs the 4 highest resolutions in fp16, clamped; here
     train.precision="bf16" is the mixed precision).
@@ -446,7 +447,7 @@ def stylegan2_cifar() -> Config:
             options={"map_layers": 2, "mixing": 0.0, "mbstd_group": 32, "d_resnet": False},
         ),
         TrainConfig(
-            kimg=100_000, batch=64, g_lr=0.0025, d_lr=0.0025, r1_gamma=0.01, ema_halflife_kimg=500, ema_rampup=0.05
+            kimg=100_000, batch=64, g_lr=0.002, d_lr=0.0025, r1_gamma=0.01, ema_halflife_kimg=500, ema_rampup=0.05
         ),
         snapshot_kimg=200,
     )

@@ -418,6 +418,9 @@ def test_bad_input_is_one_line_naming_the_fix(sets, capsys):
         (["a", "ref.h5", "--truncation", "1"], "--truncation applies to a run's generator"),
         (["a", "ref.h5", "--n", "1"], "--n must be 2 to 100,000,000, got 1"),
         (["a", "ref.h5", "--metrics", "fid,lpips"], "unknown metric 'lpips'"),
+        # StyleGAN2-ADA's names said as they are here (found from outside: the list alone)
+        (["a", "ref.h5", "--metrics", "fid50k_full"], "fid50k_full is `--metrics fid --n 50000` here, against the"),
+        (["a", "ref.h5", "--metrics", "ppl_wend"], "perceptual path length is not offered: it needs LPIPS"),
     ]:
         code = main(["eval", *argv, "--extractor", "standin"])  # the working folder is sets
         err = capsys.readouterr().err

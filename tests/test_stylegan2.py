@@ -459,6 +459,15 @@ def test_the_ada_presets_train_their_whole_batch_as_one_micro_batch_where_it_fit
     assert rep.plan_micro_batch(task.probe).micro_batch == 64
 
 
+def test_the_cifar_presets_g_steps_at_adas_rate_where_it_takes_no_path_length_step():
+    # Found from outside: ADA's --cfg=cifar builds G's Adam at lr x 4/5 (its G_reg_interval 4) yet takes no path
+    # length step (pl_weight 0), so every G step is at 0.002; the preset's 0.0025 stepped 25% larger. The presets
+    # with path length keep ADA's given rate (README: over an interval, about ADA's total step).
+    for name in ("stylegan2_cifar", "stylegan2_256"):
+        t = bigbatch.preset(name).train
+        assert t.g_lr == pytest.approx(t.d_lr * (4 / 5 if t.pl_weight == 0 else 1)), name
+
+
 def test_micro_batch_auto_settles_only_on_sizes_the_ds_groups_take():
     # By reading: auto probed every divisor of the batch, and the D refused 12 under groups of 8 (a batch of 24).
     cfg = tiny(**{"train.batch": 24, "train.micro_batch": "auto", "train.memory_budget": "4GiB"})

@@ -55,12 +55,24 @@ def parse_metrics(metrics: str | Iterable[str]) -> list[str]:
     out = []
     for item in (m.strip().lower() for m in items):
         if item not in _ALIASES:
-            raise BigbatchError(f"unknown metric {item!r}; valid: {', '.join(sorted(_ALIASES))}")
+            raise BigbatchError(f"unknown metric {item!r}{_theirs(item)}; valid: {', '.join(sorted(_ALIASES))}")
         if _ALIASES[item] not in out:
             out.append(_ALIASES[item])
     if not out:
         raise BigbatchError(f"no metrics given; valid: {', '.join(METRICS)}")
     return out
+
+
+def _theirs(item: str) -> str:
+    """StyleGAN2-ADA's name of a metric (fid50k_full, kid50k, pr50k3, is50k, ppl_wend...) said as it is here (found
+    from outside: refused with the list alone)."""
+    if item.startswith("ppl"):
+        return " (StyleGAN2-ADA's perceptual path length is not offered: it needs LPIPS's VGG weights)"
+    for theirs, ours in (("fid", "fid"), ("kid", "kid"), ("pr", "pr"), ("is", "is")):
+        if item.startswith(theirs + "50k"):  # (_full: against every real image; else its first 50,000)
+            reals = "` here, against the whole data set" if item.endswith("_full") else " --reference-n 50000` here"
+            return f" (StyleGAN2-ADA's {item} is `--metrics {ours} --n 50000{reals})"
+    return ""
 
 
 def no_logits_message() -> str:
