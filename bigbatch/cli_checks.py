@@ -184,8 +184,6 @@ def check_launch_counts(args: argparse.Namespace) -> None:
         raise BigbatchError(f"--grace must be a number of seconds >= 0, got {args.grace:g}")
     if args.restarts < 0:
         raise BigbatchError(f"--restarts must be a count >= 0, got {args.restarts}")
-    if args.local < 0:
-        raise BigbatchError(f"--local must be a number of worker processes, 1 or more, got {args.local}")
     if args.nprocs is not None and args.nprocs < 1:
         raise BigbatchError(f"--nprocs must be a number of ranks, 1 or more, got {args.nprocs}")
     if args.nprocs and args.local and args.nprocs > args.local:

@@ -547,11 +547,9 @@ def next_steps(args: argparse.Namespace, report: Any) -> None:
             if side == 256
             else f"XSeg trains on 256 px faces: prepare them again with --resolution 256 (these are {side} px)"
         )
-    elif args.masks and side and (side % 16 or not 64 <= side <= 640):  # (found from outside: a hint refused)
-        fit = min(max(side // 16 * 16, 64), 640)
-        print(
-            f"SAEHD trains faces of a multiple of 16 px in 64..640 (32 for -d): prepare again with --resolution {fit}"
-        )
+    elif args.masks and side and (side % 32 or not 64 <= side <= 640):  # (found from outside: a hint refused)
+        fit = min(max(side // 32 * 32, 64), 640)  # (the presets' archis, -ud, take multiples of 32)
+        print(f"saehd128's archi (liae-ud) trains faces of a multiple of 32 px in 64..640: --resolution {fit}")
     elif args.masks:  # face masks: a face set, one side of a swap
         swap = f"bigbatch train --preset saehd128 data.path={out} data.dst_path=DST.h5{at(128)}"
         # (found from outside: the dst faces were named as src, the only way the hint gave)

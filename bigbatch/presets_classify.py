@@ -238,11 +238,12 @@ def _ffcv(name: str, arch: str, batch: int, lr: float, weight_decay: float) -> C
     """FFCV's ImageNet recipe (libffcv/ffcv-imagenet, rn50_88_epochs.yaml and rn18_88_epochs.yaml: 78.4% and 72.4%
     top-1), 88 epochs: SGD momentum 0.9 at `lr` per `batch` images (ResNet-50: 512 a GPU on 8, 4096; ResNet-18:
     1024 on one), its "cyclic" rate: from 1e-4 of it to it over 2 epochs, then linearly to 0 at the end; weight
-    decay but on BatchNorm's weights and biases (FFCV's bn_wd 0; here biases go without it too: the head's, which
-    FFCV decays); label smoothing 0.1; BlurPool (use_blurpool); random-resized crops (scale 0.08 to 1) at 160 px,
-    192 from epoch 71 (its ramp from epoch 65 to 76 in steps of 32 px: `ffcv_resolutions`); fp16 (autocast and a
-    loss scale); validation at 256 px, the center 224/256 of the short side (its DEFAULT_CROP_RATIO), averaged with
-    the mirror images (lr_tta). Fewer epochs, as FFCV's other configs stretch the same schedule: train.kimg and
+    decay but on norms and biases (FFCV's rule is by name, 'bn' in it: it decays the shortcuts' BatchNorm and the
+    head's bias, which go without here); label smoothing 0.1; BlurPool (use_blurpool); random-resized crops (scale
+    0.08 to 1) at 160 px, 192 from epoch 71 (its ramp from epoch 65 to 76 in steps of 32 px: `ffcv_resolutions`);
+    fp16 (autocast and a loss scale); validation at 256 px, the center 224/256 of the short side (its
+    DEFAULT_CROP_RATIO), with the mirror images (lr_tta: FFCV sums the two logits, eval.tta averages the two
+    predictions). Fewer epochs, as FFCV's other configs stretch the same schedule: train.kimg and
     data.schedule's phases (its ramp's epochs: 16 epochs, 11 to 13; 24, 17 to 20; 32, 23 to 27; 40, 29 to 34; 56,
     41 to 48). Prepare the images as `imagenet_resnet50_fast` says (whole, short side 352, JPEG)."""
     e = IMAGENET / 1000

@@ -62,5 +62,9 @@ def test_ffcvs_imagenet_recipes_ramp_160_to_192_as_its_configs_and_validate_at_2
     assert cfg.eval.resolution == 256 and cfg.eval.tta and cfg.model.options["blurpool"]
     assert cfg.train.kimg == pytest.approx(88 * epoch) and cfg.train.warmup_kimg == pytest.approx(2 * epoch)
     assert cfg.train.warmup_lr == pytest.approx(cfg.train.lr * 1e-4) and cfg.train.lr_decay == "linear"
+    t = cfg.train  # (its yaml's batch over its GPUs, lr, weight decay; SGD without Nesterov, no decay on norms)
+    ffcv = {"imagenet_resnet50_ffcv": (4096, 1.7, 1e-4), "imagenet_resnet18_ffcv": (1024, 0.5, 5e-5)}[name]
+    assert (t.batch, t.lr, t.weight_decay) == ffcv and t.lr_batch == t.batch and t.label_smoothing == 0.1
+    assert t.optimizer == "sgd" and not t.nesterov and not t.norm_decay and t.precision == "fp16"
     assert main(["train", "--preset", name, "--dry-run"]) == 0
     assert "160px batch" in (said := capsys.readouterr().out) and "then 192px batch" in said

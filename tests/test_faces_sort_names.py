@@ -114,12 +114,12 @@ def test_a_face_that_does_not_decode_goes_to_the_trash_said_and_blur_ranks_sharp
     assert "Sorted 4 faces" in said and "1 file without DeepFaceLab's metadata: notes.jpg" in said, said
     assert "1 face whose file does not decode: cut.jpg" in said, said
     sources = [read_metadata((folder / n).read_bytes())["source_filename"] for n in names(folder)]
+    assert sources[-1] == "00001.png"  # the blurred face last: the dim, sharp and shadowed ones, as sharp, before it
     # None that decodes: one line, nothing moved.
     lone = tmp_path / "lone"
     lone.mkdir()
     (lone / "cut.jpg").write_bytes(whole[: int(len(whole) * 0.6)])
     assert main(["sort", str(lone), "--by", "hist"]) == 2 and (lone / "cut.jpg").exists()
-    assert f"no face of the 1 in {lone} could be measured (cut.jpg: a face whose file does not decode)" in (
+    assert f"no face of the 1 in {lone} could be measured (1 face whose file does not decode: cut.jpg)" in (
         capsys.readouterr().err
     )
-    assert sources[-1] == "00001.png"  # the blurred face last: the dim, sharp and shadowed ones, as sharp, before it

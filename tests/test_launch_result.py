@@ -37,7 +37,7 @@ def test_launchs_numbers_are_checked_before_a_cluster_starts(capsys):
     for argv, said in [
         (["dask", "--local", "2", "--nprocs", "0"], "--nprocs must be a number of ranks, 1 or more, got 0"),
         (["dask", "--local", "2", "--nprocs", "3"], "--nprocs 3 is more than the 2 processes --local starts"),
-        (["ray", "--local", "-1"], "--local must be a number of worker processes, 1 or more, got -1"),
+        (["ray", "--local", "2", "--nprocs", "-1"], "--nprocs must be a number of ranks, 1 or more, got -1"),
     ]:
         start = time.perf_counter()
         assert main(["launch", *argv, "--", "train", "--preset", "digits"]) == 2

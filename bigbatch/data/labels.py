@@ -181,8 +181,9 @@ def name_indices(listing: Listing, names: list[str], classes: str) -> Listing:
     top = int(listing.labels.max(initial=-1))
     if top >= len(names):
         raise BigbatchError(
-            f"the source's .cls class indices run to {top}, and --classes {public_name(classes)} has "
-            f"{len(names)} classes (0 to {len(names) - 1}): give the training file these shards' classes come from"
+            f"the source's class indices (.cls, ADA's dataset.json) run to {top}, and --classes "
+            f"{public_name(classes)} has {len(names)} classes (0 to {len(names) - 1}): give the training file these "
+            "images' classes come from"
         )
     return dataclasses.replace(listing, class_names=list(names))
 
@@ -239,35 +240,40 @@ ADA_LABELS = "dataset.json"  # StyleGAN2-ADA's dataset_tool.py: its labels, besi
 def ada_dataset(
     listing: Listing, source: Location, storage_options: dict[str, Any] | None
 ) -> tuple[Listing, list[tuple[str, str]]] | None:
-    """A StyleGAN2-ADA data set (a zip or folder dataset_tool.py wrote: `dataset.json` at the top, left out of
-    `listing` by its ending; the images in folders of 1,000, which are no classes): its images, listed again
-    whole, labelled as `dataset.json` gives them (`{"labels": [[name, class index], ...]}`, classes named by
-    their indices, "0" on), or all of class 0 where it gives none (`null`: unconditional), and the images it
-    does not label, with why; None for any other source (found from outside: its shard folders were classes,
-    its labels dropped)."""
+    """A StyleGAN2-ADA data set (a zip or folder dataset_tool.py wrote: `dataset.json` at the top holding a "labels"
+    key, left out of `listing` by its ending; the images in folders of 1,000, which are no classes): its images,
+    listed again whole, with the class indices `dataset.json` gives them (`{"labels": [[name, class index], ...]}`,
+    classes named by their indices, "0" to the largest, as ADA counts them; `indexed`, as WebDataset's .cls, so
+    --classes names them), or all of class 0 where it gives none (`null`: unconditional); and the files skipped,
+    with why (images it does not label, labels of no image). None for any other source, a `dataset.json` of
+    another tool's among them (found from outside: an ADA set's shard folders were classes, its labels dropped)."""
     if listing.indexed or ADA_LABELS not in listing.left_out:
         return None
     flat = list_source(source, storage_options, classes=False)
     at = next((i for i, name in enumerate(flat.names) if name == ADA_LABELS), None)
-    if at is None:
-        return None
-    raw = flat.source.read([flat.keys[at]])[0]
+    raw = flat.source.read([flat.keys[at]])[0] if at is not None else ""
     try:
-        table = json.loads(raw).get("labels") if isinstance(raw, bytes) else raw
-    except (ValueError, AttributeError):
-        table = raw
+        record = json.loads(raw) if isinstance(raw, bytes) else None
+    except ValueError:
+        record = None
+    if at is None or not isinstance(record, dict) or "labels" not in record:  # (another tool's file: not ADA's set)
+        return None
     keep = [i for i in range(len(flat.names)) if i != at]
     images = replace(
         flat, keys=[flat.keys[i] for i in keep], names=[flat.names[i] for i in keep], labels=flat.labels[keep]
     )
+    table = record["labels"]
     if table is None:
         return by_ending(images, source.name), []
     rows = table if isinstance(table, list) else []
-    if not rows or not all(isinstance(r, list) and len(r) == 2 and isinstance(r[1], int) and r[1] >= 0 for r in rows):
+    if not rows or not all(
+        isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int and r[1] >= 0 for r in rows
+    ):
         raise BigbatchError(
             f'{ADA_LABELS} of the source is not StyleGAN2-ADA\'s labels ({{"labels": [[file, class index], ...]}} '
             "or null): mend it, or give --labels FILE.csv"
         )
     names = [str(c) for c in range(max(r[1] for r in rows) + 1)]
-    labelled, unlabelled, _ = relabel(images, {str(r[0]): str(r[1]) for r in rows}, names, ADA_LABELS)
-    return by_ending(labelled, source.name), unlabelled
+    labelled, unlabelled, missing = relabel(images, {r[0]: str(r[1]) for r in rows}, names, ADA_LABELS)
+    skipped = [*unlabelled, *((f"{name} (in {ADA_LABELS})", "labelled, but not in the source") for name in missing)]
+    return replace(by_ending(labelled, source.name), indexed=True), skipped

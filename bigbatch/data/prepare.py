@@ -287,9 +287,9 @@ def _listed(
         listing = ada[0]
         for name, reason in ada[1]:
             _skip(skipped, name, reason, settings.strict)
-    elif labels:  # (before --limit: a label is missing only if the whole source lacks its file)
+    if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
-    elif classes and listing.indexed:  # WebDataset's class indices, named as the training file's
+    elif classes and listing.indexed:  # WebDataset's class indices (ADA's), named as the training file's
         listing = name_indices(listing, training_classes(classes, storage_options), classes)
     elif classes:  # class folders numbered as the training file's (a validation set lacking a class)
         if not listing.class_names:
@@ -455,8 +455,8 @@ def _refuse_empty_classes(
 
 def _empty_folders(source: Location, listing: Listing) -> list[str]:
     """The sub-folders of a local source folder with classes that hold no image file (not classes, then)."""
-    if not listing.class_names or not isinstance(listing.source, FolderSource):
-        return []
+    if not listing.class_names or listing.indexed or not isinstance(listing.source, FolderSource):
+        return []  # (classes by index, ADA's: its folders hold images of any class)
     names = class_index(listing.class_names)  # (numbered by --classes: a folder may be named by a class's synset)
     folders = source.path.iterdir()
     return sorted(d.name for d in folders if d.is_dir() and not hidden(d.name) and nfc(d.name) not in names)

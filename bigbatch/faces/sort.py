@@ -301,8 +301,8 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
         values = [0.0] * len(faces)
     read = [i for i, v in enumerate(values) if v is not None]
     if not read:  # (nothing moved: a folder none of whose faces decodes is no sort's to empty)
-        path, why = trash[-1]
-        raise BigbatchError(f"no face of the {len(faces)} in {folder} could be measured ({path.name}: a face {why[1]})")
+        said = trash_said([(path.name, why) for path, why in trash if why[0] == "face"])
+        raise BigbatchError(f"no face of the {len(faces)} in {folder} could be measured ({said}): nothing was moved")
     if method == "hist":
         order = [read[j] for j in _hist_chain([values[i] for i in read])]
     elif method == "hist-dissim":

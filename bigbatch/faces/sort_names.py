@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbatch.errors import BigbatchError
+from bigbatch.files import atomic_write
 
 NAMES = ".bigbatch-names.json"
 STAGED = ".sort-"  # a sort's temporary names, .sort-PID-INDEX.jpg: INDEX the 00000.jpg name it goes to
@@ -91,9 +92,7 @@ def write_record(folder: Path, record: list[Entry], faces: list[tuple[dict, str,
     longer here, written whole."""
     here = {identity(meta) for meta, _, _ in faces}
     entries = [list(e) for e in record if e[0] not in here] + [[identity(m), n, f] for m, n, f in faces]
-    temporary = folder / f"{NAMES}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({"faces": entries}, indent=0), encoding="utf-8")
-    os.replace(temporary, folder / NAMES)
+    atomic_write(folder / NAMES, json.dumps({"faces": entries}, indent=0))
 
 
 def renamed(folder: Path, moves: list[tuple[Path, str]]) -> None:

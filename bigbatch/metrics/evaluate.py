@@ -63,16 +63,24 @@ def parse_metrics(metrics: str | Iterable[str]) -> list[str]:
     return out
 
 
+# StyleGAN2-ADA's metric names (metrics/metric_main.py) as they are here (found from outside: refused with the list
+# alone): fid50k_full and kid50k_full against every real image, fid50k and kid50k their first 50,000.
+ADA_METRICS = {
+    "fid50k_full": "`--metrics fid --n 50000` here, against the whole data set",
+    "fid50k": "`--metrics fid --n 50000 --reference-n 50000` here",
+    "kid50k_full": "`--metrics kid --n 50000` here, against the whole data set",
+    "kid50k": "`--metrics kid --n 50000 --reference-n 50000` here",
+    "is50k": "`--metrics is --n 50000` here",
+    "pr50k3_full": "`--metrics pr --n 50000` here (Inception's features, not ADA's VGG-16: not its values)",
+    "pr50k3": "`--metrics pr --n 50000` here (Inception's features, not ADA's VGG-16: not its values)",
+}
+
+
 def _theirs(item: str) -> str:
-    """StyleGAN2-ADA's name of a metric (fid50k_full, kid50k, pr50k3, is50k, ppl_wend...) said as it is here (found
-    from outside: refused with the list alone)."""
+    """How StyleGAN2-ADA's name of a metric is given here, for the line that refuses it."""
     if item.startswith("ppl"):
         return " (StyleGAN2-ADA's perceptual path length is not offered: it needs LPIPS's VGG weights)"
-    for theirs, ours in (("fid", "fid"), ("kid", "kid"), ("pr", "pr"), ("is", "is")):
-        if item.startswith(theirs + "50k"):  # (_full: against every real image; else its first 50,000)
-            reals = "` here, against the whole data set" if item.endswith("_full") else " --reference-n 50000` here"
-            return f" (StyleGAN2-ADA's {item} is `--metrics {ours} --n 50000{reals})"
-    return ""
+    return f" (StyleGAN2-ADA's {item} is {ADA_METRICS[item]})" if item in ADA_METRICS else ""
 
 
 def no_logits_message() -> str:
