@@ -154,7 +154,8 @@ def test_classes_of_a_training_file_name_the_class_indices(tmp_path):
     with tarfile.open(tmp_path / "big.tar", "w") as tar:
         _add(tar, "a.png", _png(0))
         _add(tar, "a.cls", b"12")
-    with pytest.raises(Exception, match=r"indices run to 12, and --classes digits.h5 has 10 classes"):
+    said = r"indices \(.cls, ADA's dataset.json\) run to 12, and --classes digits.h5 has 10 classes"
+    with pytest.raises(Exception, match=said):
         prepare(str(tmp_path / "big.tar"), "big.h5", workers=0, classes="digits.h5")
 
 
