@@ -128,10 +128,10 @@ def _train(run: Run, rep: Replicator, quiet: bool, stop: StopRequest) -> Path:
     if differ := dist.ranks_differing(task.nets()):  # (found from outside: a rank given another train.init_from
         # trained on, to be refused at the first checkpoint as a failing device, all of it lost)
         ranks = f"rank {', '.join(map(str, differ))} starts from other weights than rank 0"
+        start = f"the checkpoint {run.checkpoint}" if run.checkpoint else f"train.init_from {cfg.train.init_from}"
         if run.checkpoint or cfg.train.init_from:
-            start = f"the checkpoint {run.checkpoint}" if run.checkpoint else f"train.init_from {cfg.train.init_from}"
-            fix = f"(this rank's: of {start}): give every rank the same files (a path of each node's own must hold "
-            raise BigbatchError(f"{ranks} {fix}the same weights)")
+            fix = "give every rank the same files (a path of each node's own must hold the same weights)"
+            raise BigbatchError(f"{ranks} (this rank's: of {start}): {fix}")
         raise BigbatchError(  # (a new run: its initialisation drew from what train.seed does not decide)
             f"{ranks}, initialised from train.seed: a model family's initialisation must draw from torch's generator "
             "alone (seeded alike on every rank), not the time, the process or its own generator"

@@ -177,7 +177,8 @@ def test_hist_dissim_puts_the_outlier_first_by_dfls_sums_and_oneface_trashes_fra
     looks = [image, cv2.GaussianBlur(image, (0, 0), 1), (image * 0.3).astype(np.uint8), image[:, :, ::-1].copy()]
     for i, look in enumerate(looks):
         save(folder / f"{i:05d}_0.jpg", look, {**meta, "source_filename": f"{i:05d}.png"})
-    order, trash, _ = sort_order(folder, "hist-dissim")
+    done = sort_order(folder, "hist-dissim")
+    order, trash = done.order, done.trash
     # DFL's score: the sum of OpenCV's Bhattacharyya distances of the grey hull histograms to every other face
     hists = []
     for path in sorted(folder.iterdir()):

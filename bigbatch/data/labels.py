@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from bigbatch.data.listing import by_ending
+from bigbatch.data.listing import IMAGE_ENDINGS, by_ending
 from bigbatch.data.sources import Listing, list_source
 from bigbatch.errors import BigbatchError
 from bigbatch.urls import Location, is_url, public_name
@@ -69,6 +69,19 @@ def read_labels(path: str, storage_options: dict[str, Any] | None = None) -> dic
     if not out:
         raise BigbatchError(f"labels file {public_name(path)} holds no `file,label` rows")
     return out
+
+
+def labelled_by(
+    listing: Listing, table: dict[str, str], names: list[str] | None, what: str
+) -> tuple[Listing, list[tuple[str, str]]]:
+    """The listing labelled by `table` (`relabel`; `what` names it), and the files to skip with why: those it does
+    not label, and the labels of no file."""
+    labelled, unlabelled, missing = relabel(listing, table, names, what)
+    left_out = set(listing.left_out)
+    for name in missing:  # (found from outside: a labelled file left out by its ending was "not in the source")
+        why = f"in the source, but no image by its ending ({IMAGE_ENDINGS}): rename it" if name in left_out else ""
+        unlabelled.append((f"{name} (in {what})", why or "labelled, but not in the source"))
+    return labelled, unlabelled
 
 
 def label_order(names: set[str]) -> list[str]:
@@ -239,14 +252,13 @@ ADA_LABELS = "dataset.json"  # StyleGAN2-ADA's dataset_tool.py: its labels, besi
 
 def ada_dataset(
     listing: Listing, source: Location, storage_options: dict[str, Any] | None
-) -> tuple[Listing, list[tuple[str, str]]] | None:
+) -> tuple[Listing, dict[str, str] | None, list[str]] | None:
     """A StyleGAN2-ADA data set (a zip or folder dataset_tool.py wrote: `dataset.json` at the top holding a "labels"
     key, left out of `listing` by its ending; the images in folders of 1,000, which are no classes): its images,
-    listed again whole, with the class indices `dataset.json` gives them (`{"labels": [[name, class index], ...]}`,
-    classes named by their indices, "0" to the largest, as ADA counts them; `indexed`, as WebDataset's .cls, so
-    --classes names them), or all of class 0 where it gives none (`null`: unconditional); and the files skipped,
-    with why (images it does not label, labels of no image). None for any other source, a `dataset.json` of
-    another tool's among them (found from outside: an ADA set's shard folders were classes, its labels dropped)."""
+    listed again whole, the labels `dataset.json` gives them (`{"labels": [[name, class index], ...]}`) as a table
+    for `relabel`, and its classes, named by their indices, "0" to the largest, as ADA counts them; None for the
+    table where it gives none (`null`: unconditional). None for any other source, a `dataset.json` of another
+    tool's among them (found from outside: an ADA set's shard folders were classes, its labels dropped)."""
     if listing.indexed or ADA_LABELS not in listing.left_out:
         return None
     flat = list_source(source, storage_options, classes=False)
@@ -259,21 +271,21 @@ def ada_dataset(
     if at is None or not isinstance(record, dict) or "labels" not in record:  # (another tool's file: not ADA's set)
         return None
     keep = [i for i in range(len(flat.names)) if i != at]
-    images = replace(
-        flat, keys=[flat.keys[i] for i in keep], names=[flat.names[i] for i in keep], labels=flat.labels[keep]
-    )
-    table = record["labels"]
-    if table is None:
-        return by_ending(images, source.name), []
-    rows = table if isinstance(table, list) else []
-    if not rows or not all(
-        isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int and r[1] >= 0 for r in rows
+    names, keys = [flat.names[i] for i in keep], [flat.keys[i] for i in keep]
+    images = by_ending(replace(flat, keys=keys, names=names, labels=flat.labels[keep]), source.name)
+    rows = record["labels"]
+    if rows is None:
+        return images, None, []
+    if (
+        not isinstance(rows, list)
+        or not rows
+        or not all(
+            isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int and r[1] >= 0
+            for r in rows
+        )
     ):
         raise BigbatchError(
             f'{ADA_LABELS} of the source is not StyleGAN2-ADA\'s labels ({{"labels": [[file, class index], ...]}} '
             "or null): mend it, or give --labels FILE.csv"
         )
-    names = [str(c) for c in range(max(r[1] for r in rows) + 1)]
-    labelled, unlabelled, missing = relabel(images, {r[0]: str(r[1]) for r in rows}, names, ADA_LABELS)
-    skipped = [*unlabelled, *((f"{name} (in {ADA_LABELS})", "labelled, but not in the source") for name in missing)]
-    return replace(by_ending(labelled, source.name), indexed=True), skipped
+    return images, {r[0]: str(r[1]) for r in rows}, [str(c) for c in range(max(r[1] for r in rows) + 1)]

@@ -18,8 +18,8 @@ from bigbatch.data import codecs
 from bigbatch.data import labels as labelling
 from bigbatch.data.dfl_faces import APPLIED, LABELS
 from bigbatch.data.h5write import H5Writer
-from bigbatch.data.labels import class_index, name_indices, nfc, read_labels, relabel, renumber, training_classes
-from bigbatch.data.listing import FACE_SETS, IMAGE_ENDINGS, by_ending, endings, hidden, top_level
+from bigbatch.data.labels import class_index, labelled_by, name_indices, nfc, read_labels, renumber, training_classes
+from bigbatch.data.listing import FACE_SETS, by_ending, endings, hidden, top_level
 from bigbatch.data.parts import Result
 from bigbatch.data.prepare_output import SHOWN, Report, no_usable_images, refuse_output, say_tars_left_out, sole_writer
 from bigbatch.data.prepare_pool import CHUNK, decoded, parts_kept_unless_refused, parts_of
@@ -284,9 +284,12 @@ def _listed(
         raise BigbatchError(f"source {source.name} holds no files to read; give a folder or zip of images")
     ada = None if labels or face_set else labelling.ada_dataset(listing, source, storage_options)
     if ada is not None:  # (StyleGAN2-ADA's dataset_tool.py's: its dataset.json's labels, its folders no classes)
-        listing = ada[0]
-        for name, reason in ada[1]:
-            _skip(skipped, name, reason, settings.strict)
+        listing, table, names = ada
+        if table is not None:  # (class indices, as WebDataset's .cls: --classes names them)
+            listing, skips = labelled_by(listing, table, names, labelling.ADA_LABELS)
+            listing = dataclasses.replace(listing, indexed=True)
+            for name, reason in skips:
+                _skip(skipped, name, reason, settings.strict)
     if labels:  # (before --limit: a label is missing only if the whole source lacks its file)
         listing = _labelled(listing, labels, classes, storage_options, skipped, settings.strict)
     elif classes and listing.indexed:  # WebDataset's class indices (ADA's), named as the training file's
@@ -479,14 +482,9 @@ def _labelled(
             f"class indices from the names in {public_name(labels)} alone, sorted (as numbers where all are): to "
             "number them as a training file does, give --classes TRAIN.h5"
         )
-    what = f"labels file {public_name(labels)}"
-    labelled, unlabelled, missing = relabel(listing, table, names, what)
-    for name, reason in unlabelled:
+    labelled, skips = labelled_by(listing, table, names, f"labels file {public_name(labels)}")
+    for name, reason in skips:
         _skip(skipped, name, reason, strict)
-    left_out = set(listing.left_out)
-    for name in missing:  # (found from outside: a labelled file left out by its ending was "not in the source")
-        why = f"in the source, but no image by its ending ({IMAGE_ENDINGS}): rename it" if name in left_out else ""
-        _skip(skipped, f"{name} (in {what})", why or "labelled, but not in the source", strict)
     return labelled
 
 

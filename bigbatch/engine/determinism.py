@@ -45,21 +45,21 @@ def seed_micro_batches(rep: Any, seed: int) -> None:
         plan = None if rep.micro_batch_pending else rep.plan  # (a probe: micro-batch 0 of its size)
         place = index if plan is None else rep.rank * plan.accumulation + index
         keys = (seed, *(state.steps for state in rep.optimizers.values()), place)
-
-        def keyed(*which: str) -> int:
-            digest = hashlib.blake2b(repr((*keys, *which)).encode(), digest_size=8).digest()
-            return int.from_bytes(digest, "little") >> 1
-
-        drawn = keyed()
+        drawn = _keyed(*keys)
         torch.random.default_generator.manual_seed(drawn)
         # A family's NumPy and Python draws too (found from outside: left unseeded), each of its own seed (found by
         # review: NumPy's Mersenne Twister seeded as torch's CPU one drew the same bits).
-        np.random.seed(keyed("numpy") & 0xFFFFFFFF)
-        random.seed(keyed("python"))
+        np.random.seed(_keyed(*keys, "numpy") & 0xFFFFFFFF)
+        random.seed(_keyed(*keys, "python"))
         if rep.device.type == "cuda":
             torch.cuda.default_generators[torch.cuda._utils._get_device_index(rep.device, True)].manual_seed(drawn)
 
     rep.on_micro_batch(seed_before)
+
+
+def _keyed(*keys: object) -> int:
+    """A seed of 63 bits decided by `keys` alone."""
+    return int.from_bytes(hashlib.blake2b(repr(keys).encode(), digest_size=8).digest(), "little") >> 1
 
 
 @contextmanager

@@ -37,7 +37,7 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -50,7 +50,9 @@ from bigbatch.faces.image_file import imread
 from bigbatch.faces.sort_names import (
     NAMES,
     SUFFIXES,
+    Entry,
     first_names,
+    numbered,
     plain_name,
     read_record,
     recover,
@@ -268,12 +270,13 @@ def _each(
 
 
 class Sorted(NamedTuple):
-    """A sort's result: the faces in order, what goes to the trash with why (`NOT_FACES`, ...), and each face's
-    metadata and first name (sort_names), which the folder's record keeps."""
+    """A sort's result: the faces in order, what goes to the trash with why (`NOT_FACES`, ...), each face's
+    metadata and first name, and the folder's record of first names they came from (sort_names)."""
 
     order: list[Path]
     trash: list[tuple[Path, Why]]
     marks: dict[Path, tuple[dict, str]]
+    record: list[Entry]
 
 
 def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
@@ -292,7 +295,8 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
     if not faces:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
     trash = [(path, NOT_FACES) for path in other]
-    firsts = first_names(read_record(folder), faces)
+    record = read_record(folder)
+    firsts = first_names(record, faces)
     if method in ("hist", "hist-dissim") or method.startswith("final") or method in MEASURES:
         of = {"hist": _histograms, "hist-dissim": _grey_root}.get(method, MEASURES.get(method, _blur))
         values, whys = _each(faces, of, pixels=method not in MEASURES or method in NEEDS_PIXELS)
@@ -322,7 +326,7 @@ def sort_order(folder: Path, method: str, target: int | None = None) -> Sorted:
     else:
         order = sorted(read, key=lambda i: -values[i])
     marks = {path: (meta, first) for (path, meta), first in zip(faces, firsts)}
-    return Sorted([faces[i][0] for i in order], trash, marks)
+    return Sorted([faces[i][0] for i in order], trash, marks, record)
 
 
 def trash_said(moved: list[tuple[str, Why]]) -> str:
@@ -339,7 +343,7 @@ def apply_order(folder: Path, done: Sorted) -> tuple[Path | None, list[tuple[str
     sort put there: DFL empties it first, which loses them), the faces' first names recorded (sort_names), then
     the faces renamed 00000.jpg, ... in order. Returns the trash folder if anything went there, and what went
     there: its name there, and why."""
-    order, trash, marks = done
+    order, trash, marks, record = done
     bin_, moved = None, []
     if trash:
         bin_ = folder.parent / f"{folder.name}_trash"
@@ -347,16 +351,11 @@ def apply_order(folder: Path, done: Sorted) -> tuple[Path | None, list[tuple[str
             raise BigbatchError(f"{bin_} is a file, where sort puts what it leaves out: move it away and sort again")
         bin_.mkdir(exist_ok=True)
         for path, why in trash:
-            name = Path(marks[path][1] if path in marks else path.name)
-            to, n = bin_ / name.name, 1
-            while to.exists():
-                to, n = bin_ / f"{name.stem}.{n}{name.suffix}", n + 1
-            shutil.move(str(path), str(to))
-            moved.append((to.name, why))
+            to = next(n for n in numbered(marks[path][1] if path in marks else path.name) if not (bin_ / n).exists())
+            shutil.move(str(path), str(bin_ / to))
+            moved.append((to, why))
     names = [f"{i:05d}{path.suffix.lower()}" for i, path in enumerate(order)]
-    write_record(
-        folder, read_record(folder), [(marks[path][0], name, marks[path][1]) for path, name in zip(order, names)]
-    )
+    write_record(folder, record, [(marks[path][0], name, marks[path][1]) for path, name in zip(order, names)])
     renamed(folder, list(zip(order, names)))
     return bin_, moved
 
@@ -373,33 +372,33 @@ def restore_names(folder: Path) -> tuple[int, int]:
     faces, _ = _faces(folder)
     if not faces:
         raise BigbatchError(f"{folder} holds no aligned faces (JPEGs with DeepFaceLab's metadata)")
-    record = read_record(folder)
-    firsts = first_names(record, faces)
-    # (the folder's other files keep their names: none is renamed over)
-    taken = {p.name.lower() for p in folder.iterdir()} - {path.name.lower() for path, _ in faces}
-    names: list[str | None] = []
-    for (path, _), first in zip(faces, firsts):
-        name = first if first != path.name or not SORTED_NAME.fullmatch(path.stem) else None
-        if name is not None and name.lower() in taken:  # (two faces of one name: two folders put together)
-            name = next(f"{Path(name).stem}.{n}{Path(name).suffix}" for n in itertools.count(1)
-                        if f"{Path(name).stem}.{n}{Path(name).suffix}".lower() not in taken)  # fmt: skip
-        if name is not None:
-            taken.add(name.lower())
-        names.append(name)
-    dfl = 0
-    for i, ((path, meta), name) in enumerate(zip(faces, names)):
-        if name is None:
-            stem = Path(str(meta.get("source_filename", ""))).stem
-            made = (f"{stem}_{n}{path.suffix}" for n in itertools.count())
-            name = next(m for m in made if m.lower() not in taken)
-            name = name if plain_name(name) and stem else path.name
-            dfl += name != path.name
-            taken.add(name.lower())
-            names[i] = name
-    moves = [(path, str(name)) for (path, _), name in zip(faces, names) if name != path.name]
+    firsts = first_names(read_record(folder), faces)
+    stems = [Path(str(meta.get("source_filename", ""))).stem for _, meta in faces]
+    dfl = [  # (no name of its own from before: DFL's, where its frame's stem makes one)
+        f == p.name and bool(SORTED_NAME.fullmatch(p.stem)) and bool(s) and plain_name(f"{s}_0.jpg")
+        for (p, _), f, s in zip(faces, firsts, stems)
+    ]
+    # The names that stay first (the folder's other files', the faces' that keep theirs): none is renamed over.
+    own = {p.name.lower() for p, _ in faces}
+    kept = {p.name.lower() for (p, _), f, d in zip(faces, firsts, dfl) if f == p.name and not d}
+    taken = {p.name.lower() for p in folder.iterdir()} - own | kept
+
+    def claim(names: Iterator[str]) -> str:
+        name = next(n for n in names if n.lower() not in taken)
+        taken.add(name.lower())
+        return name
+
+    names = []
+    for (path, _), first, stem, by_dfl in zip(faces, firsts, stems, dfl):
+        if first != path.name:  # (a first name held twice, of two folders put together: name.1.jpg)
+            first = claim(numbered(first))
+        elif by_dfl:
+            first = claim(f"{stem}_{n}{path.suffix}" for n in itertools.count())
+        names.append(first)
+    moves = [(path, name) for (path, _), name in zip(faces, names) if name != path.name]
     renamed(folder, moves)
     (folder / NAMES).unlink(missing_ok=True)
-    return len(moves) - dfl, dfl
+    return len(moves) - sum(dfl), sum(dfl)
 
 
 def sort_folder(

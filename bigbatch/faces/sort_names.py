@@ -13,8 +13,10 @@ face's own. Written whole
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,13 @@ def plain_name(name: Any) -> bool:
         and name.isprintable()
         and len(name.encode("utf-8", "replace")) <= 255
     )
+
+
+def numbered(name: str) -> Iterator[str]:
+    """`name`, then `stem.1.suffix`, `stem.2.suffix`, ...: the names a file takes where one before it is taken."""
+    path = Path(name)
+    yield name
+    yield from (f"{path.stem}.{n}{path.suffix}" for n in itertools.count(1))
 
 
 def read_record(folder: Path) -> list[Entry]:
